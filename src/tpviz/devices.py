@@ -1,0 +1,141 @@
+"""Choose the devices a notebook or test runs on, and build meshes over them.
+
+``setup_devices(n)`` is the first call of every notebook: real accelerators when at least ``n``
+are present, else ``n`` emulated CPU devices (XLA's host platform split into ``n`` devices).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+from tpviz.errors import DeviceSetupError, ShardingError
+
+_chosen: list = []  # the devices setup_devices picked; make_mesh uses them by default
+
+
+def _backends_started() -> bool:
+    from jax._src import xla_bridge  # no public API tells whether a backend has started
+
+    return xla_bridge.backends_are_initialized()
+
+
+def _ask_for_cpu_devices(n: int) -> None:
+    """Ask XLA's CPU backend for ``n`` devices; only effective before any backend starts."""
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except AttributeError:  # older JAX: the XLA flag is the only way
+        flags = os.environ.get("XLA_FLAGS", "")
+        flag = f"--xla_force_host_platform_device_count={n}"
+        os.environ["XLA_FLAGS"] = " ".join(
+            [f for f in flags.split() if "host_platform_device_count" not in f] + [flag]
+        )
+
+
+def _describe(devices: Sequence) -> str:
+    kind = devices[0].device_kind
+    return f"{len(devices)} {devices[0].platform.upper()} devices ({kind})"
+
+
+def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
+    """Make ``n`` devices available and return them.
+
+    Uses real accelerators (GPU or TPU) when at least ``n`` are present; otherwise ``n`` emulated
+    CPU devices, also on a GPU/TPU runtime with fewer than ``n`` chips. Call it before any JAX
+    computation runs: importing ``jax`` first is fine, computing something is not.
+
+    Args:
+        n: how many devices the notebook needs.
+        verbose: print one line saying which devices were chosen.
+
+    Returns:
+        The list of ``n`` devices chosen (``jax.Device`` objects).
+
+    Raises:
+        DeviceSetupError: ``n`` is not a positive integer, or JAX already started with a
+            different device set (restart the kernel and call this first).
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise DeviceSetupError(f"setup_devices(n={n!r}): n must be a positive integer, e.g. 8.")
+    if not _backends_started():
+        _ask_for_cpu_devices(n)
+    accelerators = [d for d in jax.devices() if d.platform != "cpu"]
+    cpus = jax.devices("cpu")
+    if len(accelerators) >= n:
+        chosen, line = accelerators[:n], f"tpviz: using {_describe(accelerators[:n])}."
+    elif len(cpus) >= n:
+        chosen = cpus[:n]
+        line = f"tpviz: using {n} emulated CPU devices"
+        if accelerators:
+            line += (
+                f" (this runtime has only {len(accelerators)} "
+                f"{accelerators[0].platform.upper()} device(s), fewer than the {n} asked for)"
+            )
+            jax.config.update("jax_default_device", chosen[0])
+        line += "."
+    else:
+        raise DeviceSetupError(
+            f"setup_devices({n}): JAX has already started with {len(cpus)} CPU device(s) and "
+            f"{len(accelerators)} accelerator(s), and the number of emulated devices can no longer "
+            f"change. Restart the kernel (Kernel > Restart) and run `tpviz.setup_devices({n})` "
+            "before any other JAX code."
+        )
+    _chosen[:] = chosen
+    if verbose:
+        print(line)
+    return list(chosen)
+
+
+def make_mesh(
+    shape: Sequence[int],
+    axis_names: Sequence[str],
+    devices: Sequence | None = None,
+    *,
+    axis_types: Sequence[AxisType] | None = None,
+) -> Mesh:
+    """A ``jax.sharding.Mesh`` of the given shape with explicit axis types.
+
+    Args:
+        shape: the size of each mesh axis, e.g. ``(2, 4)``.
+        axis_names: one name per axis, e.g. ``("X", "Y")``.
+        devices: the devices to arrange; default: those chosen by :func:`setup_devices`
+            (or all of ``jax.devices()``). Their number must equal the product of ``shape``.
+        axis_types: default ``AxisType.Auto`` for every axis (the compiler may choose shardings
+            inside ``jax.jit``); pass ``AxisType.Explicit`` for sharding-in-types.
+
+    Raises:
+        ShardingError: shape and names differ in length, a name repeats, or the number of
+            devices does not equal the mesh size.
+    """
+    shape, axis_names = tuple(shape), tuple(axis_names)
+    if len(shape) != len(axis_names):
+        raise ShardingError(
+            f"make_mesh: shape {shape} has {len(shape)} axes but axis_names {axis_names} has "
+            f"{len(axis_names)}; give one name per axis."
+        )
+    if len(set(axis_names)) != len(axis_names):
+        raise ShardingError(f"make_mesh: axis names {axis_names} repeat a name; use distinct ones.")
+    if any(not isinstance(s, int) or s < 1 for s in shape):
+        raise ShardingError(f"make_mesh: every axis size must be a positive integer, got {shape}.")
+    if devices is None:
+        devices = list(_chosen) or jax.devices()
+    size = math.prod(shape)
+    if size > len(devices):
+        raise ShardingError(
+            f"make_mesh: a mesh of shape {shape} needs {size} devices but only {len(devices)} are "
+            f"available. Restart the kernel and call tpviz.setup_devices({size}) first, or use a "
+            "smaller mesh."
+        )
+    if size < len(devices):
+        raise ShardingError(
+            f"make_mesh: a mesh of shape {shape} uses {size} devices but {len(devices)} were given;"
+            " "
+            f"pass devices=devices[:{size}] to use a subset, or choose a mesh that uses them all."
+        )
+    if axis_types is None:
+        axis_types = (AxisType.Auto,) * len(shape)
+    return jax.make_mesh(shape, axis_names, axis_types=tuple(axis_types), devices=list(devices))

@@ -1,0 +1,142 @@
+"""Figures of sharded arrays: blocks coloured and labelled by the devices that hold them.
+
+``sharding`` draws a *planned* layout (shape, spec, mesh shape: no devices needed); ``array``
+extracts the same information from a real ``jax.Array`` and draws it the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from tpviz import layout
+from tpviz.errors import ShardingError
+
+# Okabe & Ito's colour-blind-safe palette; beyond 8 blocks, samples of cividis (also CVD-safe).
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7",
+             "#999999")
+
+
+def palette(n: int) -> list:
+    """``n`` distinguishable colours, colour-blind safe."""
+    if n <= len(OKABE_ITO):
+        return list(OKABE_ITO[:n])
+    return [plt.get_cmap("cividis")(v) for v in np.linspace(0.05, 0.95, n)]
+
+
+def _text_colour(colour) -> str:
+    r, g, b = plt.matplotlib.colors.to_rgb(colour)
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def _device_label(devices: Sequence[int]) -> str:
+    if len(devices) <= 4:
+        return "\n".join(f"D{d}" for d in devices)
+    return f"D{devices[0]}, D{devices[1]}, …\n({len(devices)} devices)"
+
+
+def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...], Sequence[int]]],
+                  title: str = "", ax=None) -> Figure:
+    """Draw a 1D or 2D array as blocks; ``blocks`` is a list of (slices, device ids)."""
+    shape = tuple(shape)
+    if len(shape) not in (1, 2):
+        raise ShardingError(
+            f"can only draw 1D or 2D arrays, got shape {shape}; draw a 2D slice instead."
+        )
+    rows, cols = (1, shape[0]) if len(shape) == 1 else shape
+    if ax is None:
+        aspect = rows / cols
+        w = 4.2 if aspect >= 1 else 5.2
+        # a Figure outside pyplot: a notebook shows it once (as the cell's value), never twice
+        fig = Figure(figsize=(w, max(1.4, min(4.2, w * aspect)) + 0.5), layout="constrained")
+        ax = fig.subplots()
+    fig = ax.figure
+    colours = palette(len(blocks))
+    for (slices, devices), colour in zip(blocks, colours, strict=True):
+        rs, cs = (slice(0, 1), slices[0]) if len(shape) == 1 else slices
+        ax.add_patch(plt.Rectangle((cs.start, rs.start), cs.stop - cs.start, rs.stop - rs.start,
+                                   facecolor=colour, edgecolor="white", linewidth=2))
+        size = 9 if len(blocks) <= 8 else 7
+        ax.text((cs.start + cs.stop) / 2, (rs.start + rs.stop) / 2, _device_label(devices),
+                ha="center", va="center", fontsize=size, color=_text_colour(colour))
+    ax.set_xlim(0, cols)
+    ax.set_ylim(rows, 0)
+    ax.set_xticks([0, cols])
+    ax.set_yticks([] if len(shape) == 1 else [0, rows])
+    ax.set_aspect("auto")
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def sharding(shape: Sequence[int], spec, mesh_shape: layout.MeshShape, *, name: str = "A",
+             dtype=None, ax=None) -> Figure:
+    """Draw the planned layout of an array: which mesh positions hold which block.
+
+    Args:
+        shape: the global shape (1D or 2D).
+        spec: a ``PartitionSpec`` or a notation string such as ``"A[I_X, J_Y]"``.
+        mesh_shape: axis name -> size, e.g. ``{"X": 2, "Y": 4}``; device ``Dk`` is the k-th
+            position of the mesh in row-major order.
+        name: the array's name in the title.
+        dtype: when given, the title also states the bytes per device.
+    """
+    spec = layout.as_spec(spec)
+    bs = layout.blocks(shape, spec, mesh_shape)
+    title = layout.to_notation(spec, name=name, ndim=len(shape))
+    mesh = " × ".join(f"{a}={s}" for a, s in mesh_shape.items())
+    title += f" on mesh {mesh}"
+    if dtype is not None:
+        title += f"\n{layout.bytes_per_device(shape, dtype, spec, mesh_shape):,} bytes per device"
+    return blocks_figure(shape, [(b.slices, b.devices) for b in bs], title, ax=ax)
+
+
+def array(x, *, name: str = "A", ax=None) -> Figure:
+    """Draw a real ``jax.Array``: its blocks and the ids of the devices that hold them."""
+    held: dict[tuple, list[int]] = {}
+    for device, index in x.sharding.devices_indices_map(x.shape).items():
+        key = tuple((s.start or 0, x.shape[i] if s.stop is None else s.stop)
+                    for i, s in enumerate(index))
+        held.setdefault(key, []).append(device.id)
+    blocks = [(tuple(slice(a, b) for a, b in key), sorted(ids))
+              for key, ids in sorted(held.items())]
+    spec = getattr(x.sharding, "spec", None)
+    title = (layout.to_notation(spec, name=name, ndim=x.ndim) if spec is not None
+             else f"{name} ({type(x.sharding).__name__})")
+    per = x.addressable_shards[0].data.nbytes
+    title += f": {x.dtype}{list(x.shape)}, {per:,} bytes per device"
+    return blocks_figure(x.shape, blocks, title, ax=ax)
+
+
+def _show_figures_in_notebooks() -> None:
+    """Let a notebook show a returned Figure (ours live outside pyplot, so no backend shows them).
+
+    Registers a PNG formatter for ``Figure`` only where the front end has none of its own.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    formatter = shell.display_formatter.formatters["image/png"]
+    try:
+        formatter.lookup_by_type(Figure)
+    except KeyError:
+        formatter.for_type(Figure, lambda fig: _png(fig))
+
+
+def _png(fig: Figure) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+_show_figures_in_notebooks()

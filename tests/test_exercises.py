@@ -1,0 +1,106 @@
+"""Each checker: the right answer passes, plausible wrong answers fail with a specific message,
+the stub reports "not attempted yet", and wrong learner code never escapes as a raw traceback."""
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import tpviz
+from tpviz.exercises import ExerciseFailed, checker
+from tpviz.exercises._framework import Wrong, expect_array
+
+ex = tpviz.exercises
+
+
+def passes(check, *args, capsys):
+    check(*args)
+    assert "✓" in capsys.readouterr().out
+
+
+def fails(check, *args, words):
+    with pytest.raises(ExerciseFailed, match=words) as info:
+        check(*args)
+    assert info.value._render_traceback_()[0].count("\n") >= 0  # renders without a stack
+    return str(info.value)
+
+
+def test_bytes_per_device(capsys):
+    passes(ex.check_bytes_per_device, 2048 * 2048 * 2, capsys=capsys)  # [2048, 2048] bf16 block
+    fails(ex.check_bytes_per_device, 2048 * 2048, words="elements per device, not bytes")
+    fails(ex.check_bytes_per_device, 4096 * 8192 * 2, words="whole array")
+    fails(ex.check_bytes_per_device, 2048 * 2048 * 4, words="4 bytes per element")
+    fails(ex.check_bytes_per_device, 1024 * 1024 * 2, words="not right")
+    fails(ex.check_bytes_per_device, "lots", words="should be a number")
+
+
+def test_holders(capsys):
+    passes(ex.check_holders, {0, 1, 2, 3}, capsys=capsys)
+    fails(ex.check_holders, {0, 4}, words="row-major")
+    fails(ex.check_holders, {0}, words="not all of its holders")
+    fails(ex.check_holders, {4, 5, 6, 7}, words="not the set")
+    fails(ex.check_holders, 3, words="set of device numbers")
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return tpviz.make_mesh((2, 4), ("X", "Y"))
+
+
+def test_rows_over_mesh(mesh, capsys):
+    y = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    passes(ex.check_rows_over_mesh, jax.device_put(y, NamedSharding(mesh, P(("X", "Y")))), y,
+           capsys=capsys)
+    fails(ex.check_rows_over_mesh, jax.device_put(y, NamedSharding(mesh, P("X", "Y"))), y,
+          words=r"block of shape \(8, 2\)")
+    fails(ex.check_rows_over_mesh, jax.device_put(y, NamedSharding(mesh, P(("Y", "X")))), y,
+          words="wrong devices")
+    fails(ex.check_rows_over_mesh, y, y, words="NamedSharding")
+    fails(ex.check_rows_over_mesh, jax.device_put(y * 2, NamedSharding(mesh, P(("X", "Y")))), y,
+          words="wrong values")
+
+
+def test_total(capsys):
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+
+    def shard(body):
+        return jax.shard_map(body, mesh=mesh8, in_specs=P("X"), out_specs=P())
+
+    passes(ex.check_total, shard(lambda b: jax.lax.psum(b.sum(), "X")), x, capsys=capsys)
+    # all-reduces the whole block, then sums: right value, 16x the bytes
+    fails(ex.check_total, shard(lambda b: jax.lax.psum(b, "X").sum()), x, words="a single number")
+    # forgets the psum: shard_map refuses the unreplicated output; reported, not a traceback
+    fails(ex.check_total, shard(lambda b: b.sum()), x, words="total\\(x\\) raised")
+    # the mean instead of the sum
+    fails(ex.check_total, shard(lambda b: jax.lax.pmean(b.sum(), "X")), x, words="wrong values")
+
+
+def test_stubs_report_not_attempted(capsys):
+    def stub(*_):
+        raise NotImplementedError("exercise not attempted yet")
+
+    for check, args in [(ex.check_bytes_per_device, (...,)), (ex.check_holders, (...,)),
+                        (ex.check_rows_over_mesh, (..., np.zeros(2))), (ex.check_total, (stub, 1))]:
+        assert check(*args) is None
+        assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_framework_reports_shape_dtype_nan_and_unexpected_errors():
+    @checker("demo")
+    def check_double(fn):
+        expect_array(fn(np.ones(3, np.float32)), np.full(3, 2, np.float32), what="fn(x)")
+
+    fails(check_double, lambda x: x, words="wrong values")
+    fails(check_double, lambda x: np.ones(4, np.float32), words=r"shape \(4,\)")
+    fails(check_double, lambda x: (2 * x).astype(np.float64), words="dtype float64")
+    fails(check_double, lambda x: x * np.nan, words="NaN")
+    fails(check_double, lambda x: 2, words="should be an array")
+    fails(check_double, lambda x: 1 / 0, words="could not be checked.*ZeroDivisionError")
+
+    @checker("hint")
+    def check_hint(_):
+        raise Wrong("no", "try again")
+
+    assert "Hint: try again" in fails(check_hint, 1, words="✗ hint: no")
