@@ -104,3 +104,49 @@ def test_framework_reports_shape_dtype_nan_and_unexpected_errors():
         raise Wrong("no", "try again")
 
     assert "Hint: try again" in fails(check_hint, 1, words="✗ hint: no")
+
+
+def test_matmul_checkers(capsys):
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((16, 32), dtype=np.float32)
+    w = rng.standard_normal((32, 64), dtype=np.float32)
+
+    def sm(body, in_specs, out_specs):
+        return jax.shard_map(body, mesh=mesh8, in_specs=in_specs, out_specs=out_specs)
+
+    column = sm(lambda a, b: a @ b, (P(), P(None, "X")), P(None, "X"))
+    passes(ex.check_column_parallel, column, x, w, capsys=capsys)
+    # gathers W back and returns a replicated Y: right values, needless communication
+    gathered = sm(lambda a, b: a @ jax.lax.all_gather(b, "X", axis=1, tiled=True, to="invarying"),
+                  (P(), P(None, "X")), P())
+    fails(ex.check_column_parallel, gathered, x, w, words="all-gather")
+    # splits X's columns instead of W's: a shape error inside the learner's code, reported plainly
+    fails(ex.check_column_parallel, sm(lambda a, b: a @ b, (P(None, "X"), P(None, "X")),
+                                       P(None, "X")), x, w, words="raised")
+
+    def scatter(a, b):
+        return jax.lax.psum_scatter(a @ b, "X", scatter_dimension=1, tiled=True)
+
+    rs_specs = ((P(None, "X"), P("X", None)), P(None, "X"))
+    passes(ex.check_reduce_scatter, sm(scatter, *rs_specs), x, w, capsys=capsys)
+    # all-reduce, then keep this device's columns: right values, 4x the communication
+    def reduce_then_slice(a, b):
+        full = jax.lax.psum(a @ b, "X")
+        i = jax.lax.axis_index("X")
+        return jax.lax.dynamic_slice_in_dim(full, i * 8, 8, axis=1)
+
+    fails(ex.check_reduce_scatter, sm(reduce_then_slice, *rs_specs), x, w,
+          words="all-reduces the whole partial product")
+    # forgets to reduce: every device returns only its own partial sum
+    fails(ex.check_reduce_scatter, sm(lambda a, b: (a @ b)[:, :8], *rs_specs), x, w,
+          words="wrong values")
+
+    passes(ex.check_all_gather_bytes, 512 * 4096 * 2, capsys=capsys)
+    fails(ex.check_all_gather_bytes, 512 * 1024 * 2, words="before the all-gather")
+    fails(ex.check_all_gather_bytes, 1024 * 4096 * 2, words="whole of X")
+
+    passes(ex.check_cases, {"a": 1, "b": 2, "c": 3, "d": 4}, capsys=capsys)
+    fails(ex.check_cases, {"a": 1, "b": 3, "c": 3, "d": 4}, words=r"1 of 4 wrong, e.g. \(b\)")
+    fails(ex.check_cases, {"a": 1, "b": 2, "c": 2, "d": 1}, words="2 of 4 wrong")
+    fails(ex.check_cases, [1, 2, 3, 4], words="give a dict")

@@ -2,13 +2,14 @@
 
 Start every notebook with ``tpviz.setup_devices(8)``. The topics live in submodules:
 ``layout`` (sharding notation, shapes, bytes), ``hlo`` (collectives of the compiled program),
+``matmul`` (sharded matrix multiplication), ``cost`` (compute versus communication time),
 ``draw`` (figures), ``explore`` (widgets) and ``exercises`` (checkers).
 """
 
-from tpviz import draw, errors, exercises, hlo, layout
+from tpviz import cost, draw, errors, exercises, hlo, layout, matmul
 from tpviz.devices import make_mesh, setup_devices
-from tpviz.explore import explore_layout
+from tpviz.explore import explore_layout, explore_matmul
 
-__all__ = ["draw", "errors", "exercises", "explore_layout", "hlo", "layout", "make_mesh",
-           "setup_devices"]
+__all__ = ["cost", "draw", "errors", "exercises", "explore_layout", "explore_matmul", "hlo",
+           "layout", "make_mesh", "matmul", "setup_devices"]
 __version__ = "0.1.0"

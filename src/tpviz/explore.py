@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from IPython.display import Image, display
 from matplotlib.figure import Figure
 
-from tpviz import draw, layout
+from tpviz import cost, draw, layout, matmul
 from tpviz.errors import TpvizError
 
 STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
@@ -72,8 +72,8 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Figure 
     static = png(render(**{k: w.value for k, w in controls.items()}))
     with out:
         display(Image(static))
-    box = widgets.VBox([widgets.HBox(list(controls.values())[:3]),
-                        widgets.HBox(list(controls.values())[3:]), out])
+    rows = [list(controls.values())[i:i + 3] for i in range(0, len(controls), 3)]
+    box = widgets.VBox([*(widgets.HBox(r) for r in rows), out])
     return Live(box, static)
 
 
@@ -101,3 +101,45 @@ def explore_layout(mesh: str = "X=2, Y=4", notation: str = "A[I_X, J_Y]", rows: 
         "cols": widgets.IntSlider(value=cols, min=1, max=32, description="columns", style=style),
     }
     return live(controls, render_layout)
+
+
+def render_matmul(mesh: str, x: str, w: str, b: int, d: int, f: int, system: str,
+                  reduce_scatter: bool = False, compile: bool = False) -> Figure:
+    """The figure ``explore_matmul`` shows; with ``compile``, also the compiled collectives."""
+    p = matmul.plan((b, d), (d, f), layout.parse(x).spec, layout.parse(w).spec, MESHES[mesh],
+                    dtype="bf16", reduce_scatter=reduce_scatter)
+    fig = draw.matmul(p, system=cost.SYSTEMS[system])
+    if compile:
+        import jax.numpy as jnp
+
+        from tpviz import hlo
+        from tpviz.devices import make_mesh
+
+        m = make_mesh(tuple(MESHES[mesh].values()), tuple(MESHES[mesh]))
+        found = hlo.collectives(matmul.explicit(p, m), jnp.zeros((b, d), jnp.bfloat16),
+                                jnp.zeros((d, f), jnp.bfloat16))
+        text = "; ".join(f"{c.kind} {c.dtype}{list(c.shape)} ({c.bytes:,} bytes) over "
+                         f"{c.group_size} devices" for c in found) or "no collectives"
+        fig.text(0.5, 0.01, f"compiled shard_map program: {text}", fontsize=9, ha="center")
+    return fig
+
+
+def explore_matmul(mesh: str = "X=2, Y=4", x: str = "X[B_X, D_Y]", w: str = "W[D_Y, F]",
+                   b: int = 1024, d: int = 4096, f: int = 4096,
+                   system: str = "TPU v5e (ICI)") -> Live:
+    """Shapes, mesh and shardings of X and W → the drawing, what moves, and the cost model."""
+    style = {"description_width": "initial"}
+    sizes = [256, 512, 1024, 2048, 4096, 8192, 16384]
+    controls = {
+        "mesh": widgets.Dropdown(options=list(MESHES), value=mesh, description="mesh", style=style),
+        "x": widgets.Text(value=x, description="X", continuous_update=False, style=style),
+        "w": widgets.Text(value=w, description="W", continuous_update=False, style=style),
+        "b": widgets.SelectionSlider(options=sizes, value=b, description="B", style=style),
+        "d": widgets.SelectionSlider(options=sizes, value=d, description="D", style=style),
+        "f": widgets.SelectionSlider(options=sizes, value=f, description="F", style=style),
+        "system": widgets.Dropdown(options=list(cost.SYSTEMS), value=system,
+                                   description="system", style=style),
+        "reduce_scatter": widgets.Checkbox(value=False, description="reduce-scatter (case 3)"),
+        "compile": widgets.Checkbox(value=False, description="compile and list collectives"),
+    }
+    return live(controls, render_matmul)

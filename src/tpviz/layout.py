@@ -28,15 +28,19 @@ _SHORT_DTYPES = {"bf16": ml_dtypes.bfloat16, "bfloat16": ml_dtypes.bfloat16, "f3
                  "u8": np.uint8, "s32": np.int32, "i32": np.int32, "fp8": ml_dtypes.float8_e4m3fn}
 
 
-def dtype_size(dtype) -> int:
-    """Bytes of one element: accepts numpy/JAX dtypes and names such as ``"bf16"``, ``"int8"``."""
+def dtype_of(dtype) -> np.dtype:
+    """A numpy dtype from a numpy/JAX dtype or a name such as ``"bf16"`` or ``"int8"``."""
     try:
-        name = _SHORT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
-        return np.dtype(name).itemsize
+        return np.dtype(_SHORT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     except TypeError:
         raise ShardingError(
             f"unknown dtype {dtype!r}; use e.g. 'float32', 'bf16' or 'int8'."
         ) from None
+
+
+def dtype_size(dtype) -> int:
+    """Bytes of one element."""
+    return dtype_of(dtype).itemsize
 
 
 def axes_of(entry) -> tuple[str, ...]:

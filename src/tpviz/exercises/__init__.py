@@ -7,6 +7,13 @@ from tpviz.exercises.layouts import (
     check_rows_over_mesh,
     check_total,
 )
+from tpviz.exercises.matmul import (
+    check_all_gather_bytes,
+    check_cases,
+    check_column_parallel,
+    check_reduce_scatter,
+)
 
-__all__ = ["ExerciseFailed", "NotAttempted", "Wrong", "check_bytes_per_device", "check_holders",
-           "check_rows_over_mesh", "check_total", "checker"]
+__all__ = ["ExerciseFailed", "NotAttempted", "Wrong", "check_all_gather_bytes",
+           "check_bytes_per_device", "check_cases", "check_column_parallel", "check_holders",
+           "check_reduce_scatter", "check_rows_over_mesh", "check_total", "checker"]

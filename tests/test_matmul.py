@@ -1,0 +1,121 @@
+"""Sharded matmul: plans from the shardings, checked on the mesh and against the math."""
+
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import tpviz
+from tpviz import cost, matmul
+from tpviz.errors import ShardingError
+
+MESH = {"X": 2, "Y": 4}
+B, D, F = 16, 32, 64
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return tpviz.make_mesh((2, 4), ("X", "Y"))
+
+
+@pytest.fixture(scope="module")
+def xw():
+    rng = np.random.default_rng(1)
+    return (rng.standard_normal((B, D), dtype=np.float32),
+            rng.standard_normal((D, F), dtype=np.float32))
+
+
+# (x spec, w spec, reduce_scatter) -> (case, y spec, [(kind, bytes per device, group)], flops)
+CASES = [
+    ("X[B_X, D]", "W[D, F_Y]", False, 1, P("X", "Y"), [], 2 * (B // 2) * D * (F // 4)),
+    ("X[B_X, D_Y]", "W[D, F]", False, 2, P("X", None), [("all-gather", B // 2 * D * 4, 4)],
+     2 * (B // 2) * D * F),
+    ("X[B, D]", "W[D_Y, F]", False, 2, P(None, None), [("all-gather", D * F * 4, 4)], 2 * B * D * F),
+    ("X[B_X, D_Y]", "W[D_Y, F]", False, 3, P("X", None), [("all-reduce", B // 2 * F * 4, 4)],
+     2 * (B // 2) * (D // 4) * F),
+    ("X[B_X, D_Y]", "W[D_Y, F]", True, 3, P("X", "Y"), [("reduce-scatter", B // 2 * F // 4 * 4, 4)],
+     2 * (B // 2) * (D // 4) * F),
+    ("X[B, D_XY]", "W[D_XY, F]", False, 3, P(None, None), [("all-reduce", B * F * 4, 8)],
+     2 * B * (D // 8) * F),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "rs", "case", "y_spec", "moves", "flops"), CASES)
+def test_plan_from_the_math(xs, ws, rs, case, y_spec, moves, flops):
+    p = matmul.plan((B, D), (D, F), xs, ws, MESH, reduce_scatter=rs)
+    assert p.case == case and p.y_spec == y_spec and p.flops == flops
+    assert [(c.kind, c.bytes, c.group_size) for c in p.collectives] == moves
+
+
+@pytest.mark.parametrize(("xs", "ws", "rs", "case", "y_spec", "moves", "flops"), CASES)
+def test_every_case_runs_and_compiles_to_the_plan(mesh, xw, xs, ws, rs, case, y_spec, moves, flops):
+    x, w = xw
+    p = matmul.plan(x.shape, w.shape, xs, ws, dict(mesh.shape), reduce_scatter=rs)
+    result = matmul.check(p, mesh, x, w)  # raises if values or collectives differ
+    assert result.max_error < 1e-5
+    assert [(c.kind, c.bytes, c.group_size) for c in result.explicit] == moves
+
+
+def test_check_catches_a_plan_that_lies(mesh, xw):
+    x, w = xw
+    p = matmul.plan(x.shape, w.shape, "X[B_X, D_Y]", "W[D_Y, F]", MESH)
+    wrong = matmul.MatmulPlan(**{**p.__dict__, "collectives": ()})  # claims: no communication
+    with pytest.raises(AssertionError, match="differ from the plan"):
+        matmul.check(wrong, mesh, x, w)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "xs", "ws", "words"),
+    [((16, 32), (16, 64), "X[B, D]", "W[D, F]", "inner dimensions differ"),
+     ((16, 30), (30, 64), "X[B, D_Y]", "W[D_Y, F]", "does not divide into 4"),
+     ((16, 32), (32, 64), "X[B_X, D]", "W[D, F_X]", "case 4"),
+     ((16, 32), (32, 64), "X[B, D_X]", "W[D_Y, F]", "same axes"),
+     ((16, 32, 2), (32, 64), "X[B, D, E]", "W[D, F]", "must be matrices")],
+)
+def test_bad_input(x_shape, w_shape, xs, ws, words):
+    with pytest.raises(ShardingError, match=words):
+        matmul.plan(x_shape, w_shape, xs, ws, MESH)
+
+
+def test_reduce_scatter_only_in_case_3():
+    with pytest.raises(ShardingError, match="case 3 only"):
+        matmul.plan((B, D), (D, F), "X[B_X, D]", "W[D, F]", MESH, reduce_scatter=True)
+
+
+def test_cost_model_crossover_from_the_formula():
+    # case 3 in bf16 on N devices: compute 2BDF/(NC), all-reduce 2 * 2BF / W -> balance at D/N = 2C/W
+    system = cost.SYSTEMS["TPU v5p (ICI)"]
+    n, b, f = 8, 4096, 4096
+    balance = 2 * system.flops / system.bandwidth * n
+    for d, bound in [(int(balance * 0.5) // 64 * 64, "communication"),
+                     (int(balance * 2) // 64 * 64, "compute")]:
+        p = matmul.plan((b, d), (d, f), "X[B, D_X]", "W[D_X, F]", {"X": n}, dtype="bf16")
+        e = cost.estimate(p.flops, p.collectives, system)
+        assert e.compute_s == pytest.approx(2 * b * d * f / n / system.flops)
+        assert e.comm_s == pytest.approx(2 * 2 * b * f / system.bandwidth)
+        assert e.bound == bound
+        assert e.overlapped_s == max(e.compute_s, e.comm_s)
+
+
+def test_all_gather_costs_v_over_w():
+    p = matmul.plan((1024, 4096), (4096, 4096), "X[B, D_X]", "W[D, F]", {"X": 8}, dtype="bf16")
+    (gather,) = p.collectives
+    assert gather.full_bytes == 1024 * 4096 * 2
+    assert cost.collective_time("all-gather", gather.full_bytes, 1e11) == pytest.approx(
+        1024 * 4096 * 2 / 1e11)
+
+
+def test_matmul_drawing_shows_all_three_arrays():
+    p = matmul.plan((B, D), (D, F), "X[B_X, D_Y]", "W[D_Y, F]", MESH)
+    fig = tpviz.draw.matmul(p, system=cost.SYSTEMS["H100 (NVLink)"])
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["X[B_X, D_Y]", "W[D_Y, F]", "Y[B_X, F]"]
+    assert "all-reduce" in fig._suptitle.get_text() and "bound" in fig._suptitle.get_text()
+
+
+def test_explore_matmul_renders_and_compiles():
+    from tpviz.explore import render_matmul
+
+    fig = render_matmul("X=2, Y=4", "X[B_X, D_Y]", "W[D_Y, F]", 256, 512, 256, "TPU v5e (ICI)",
+                        True, True)
+    assert any("reduce-scatter" in t.get_text() for t in fig.texts)
+    assert "application/vnd.jupyter.widget-view+json" in tpviz.explore_matmul()._repr_mimebundle_()
