@@ -16,8 +16,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import jax
 import numpy as np
-from jax.sharding import PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from tpviz import layout
 from tpviz.errors import ShardingError
@@ -189,8 +190,6 @@ def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
 
 def explicit(p: MatmulPlan, mesh):
     """The plan as a ``jax.shard_map`` program: the collectives are written by hand."""
-    import jax
-
     dx, dw = axes_of(_entry(p.x_spec, 1)), axes_of(_entry(p.w_spec, 0))
 
     def per_device(x, w):  # x: [B/|B axes|, D/|dx|], w: [D/|dw|, F/|F axes|]
@@ -211,9 +210,6 @@ def explicit(p: MatmulPlan, mesh):
 
 def gspmd(p: MatmulPlan, mesh):
     """The same product left to the compiler: ``jax.jit`` with the plan's shardings."""
-    import jax
-    from jax.sharding import NamedSharding
-
     return jax.jit(lambda x, w: x @ w,
                    in_shardings=(NamedSharding(mesh, p.x_spec), NamedSharding(mesh, p.w_spec)),
                    out_shardings=NamedSharding(mesh, p.y_spec))
