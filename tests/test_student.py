@@ -54,8 +54,8 @@ def test_no_solution_text_leaks(path):
     assert BEGIN not in student
 
 
-def test_unattempted_chapter_runs_and_says_not_attempted(tmp_path):
-    path = NOTEBOOKS[0]
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_unattempted_chapter_runs_and_says_not_attempted(path):
     nb = nbformat.from_dict(student_notebook(json.loads(path.read_text())))
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(BOOK)}}).execute()
