@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/budgets.py [--notebooks-only | --widgets-only]
 
 - every chapter notebook executes in at most 60 s (chapter 0: 30 s);
+- planning + simulating a 64-stage, 1024-microbatch, 4-chunk schedule takes under 1 s;
 - a widget redraw from a plan (plan + figure + PNG) takes at most 150 ms; one that compiles
   a JAX program, at most 1 s.
 Exits 1 if a budget is exceeded. Timings vary with the machine: report the machine with them.
@@ -71,8 +72,20 @@ def time_redraws() -> list[tuple[str, float, float]]:
     return rows
 
 
+def time_pipeline() -> list[tuple[str, float, float]]:
+    sys.path.insert(0, str(ROOT / "src"))
+    from tpviz.pipeline import schedule, simulate
+
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        simulate(schedule("interleaved", 64, 1024, 4))
+        times.append(time.perf_counter() - start)
+    return [("pipeline plan + simulate 64 x 1024 x 4 (s)", statistics.median(times), 1.0)]
+
+
 def main(argv: list[str]) -> int:
-    rows = []
+    rows = time_pipeline()
     if "--notebooks-only" not in argv:
         rows += time_redraws()
     if "--widgets-only" not in argv:
