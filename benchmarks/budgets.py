@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
 NOTEBOOK_BUDGET_S = {"00_devices_meshes_shardings": 30.0}
 DEFAULT_NOTEBOOK_BUDGET_S = 60.0
 REDRAW_BUDGET_MS = 150.0
@@ -37,51 +38,41 @@ def time_notebooks() -> list[tuple[str, float, float]]:
     return rows
 
 
+def median_s(fn, repeats: int) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` runs, in seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def time_redraws() -> list[tuple[str, float, float]]:
-    sys.path.insert(0, str(ROOT / "src"))
     import tpviz
-    from tpviz.explore import png, render_layout
+    from tpviz.explore import png, render_layout, render_matmul
 
     tpviz.setup_devices(8, verbose=False)
-
-    settings = [("X=2, Y=4", "A[I_X, J_Y]", 8, 16, "float32"),
-                ("X=2, Y=2, Z=2", "A[I_XY, J_Z]", 32, 32, "bf16"),
-                ("X=8", "A[I, J_X]", 32, 32, "int8")]
-    png(render_layout(*settings[0]))  # warm-up: fonts, caches
-    rows = []
-    from tpviz.explore import render_matmul
-
-    png(render_matmul("X=2, Y=4", "X[B_X, D_Y]", "W[D_Y, F]", 1024, 4096, 4096, "TPU v5e (ICI)"))
-    for compile_ in (False, True):
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            png(render_matmul("X=2, Y=4", "X[B_X, D_Y]", "W[D_Y, F]", 1024, 4096, 4096,
-                              "TPU v5e (ICI)", True, compile_))
-            times.append((time.perf_counter() - start) * 1000)
-        rows.append((f"explore_matmul redraw{' with a compile' if compile_ else ''} (ms)",
-                     statistics.median(times), 1000.0 if compile_ else REDRAW_BUDGET_MS))
-    for s in settings:
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            png(render_layout(*s))
-            times.append((time.perf_counter() - start) * 1000)
-        rows.append((f"explore_layout redraw {s[0]} {s[1]} (ms)", statistics.median(times),
-                     REDRAW_BUDGET_MS))
+    matmul_args = ("X=2, Y=4", "X[B_X, D_Y]", "W[D_Y, F]", 1024, 4096, 4096, "TPU v5e (ICI)", True)
+    layouts = [("X=2, Y=4", "A[I_X, J_Y]", 8, 16, "float32"),
+               ("X=2, Y=2, Z=2", "A[I_XY, J_Z]", 32, 32, "bf16"),
+               ("X=8", "A[I, J_X]", 32, 32, "int8")]
+    png(render_layout(*layouts[0]))  # warm-up: fonts, caches
+    png(render_matmul(*matmul_args))
+    rows = [(f"explore_matmul redraw{' with a compile' if c else ''} (ms)",
+             1000 * median_s(lambda c=c: png(render_matmul(*matmul_args, c)), 3),
+             1000.0 if c else REDRAW_BUDGET_MS) for c in (False, True)]
+    rows += [(f"explore_layout redraw {s[0]} {s[1]} (ms)",
+              1000 * median_s(lambda s=s: png(render_layout(*s)), 5), REDRAW_BUDGET_MS)
+             for s in layouts]
     return rows
 
 
 def time_pipeline() -> list[tuple[str, float, float]]:
-    sys.path.insert(0, str(ROOT / "src"))
     from tpviz.pipeline import schedule, simulate
 
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        simulate(schedule("interleaved", 64, 1024, 4))
-        times.append(time.perf_counter() - start)
-    return [("pipeline plan + simulate 64 x 1024 x 4 (s)", statistics.median(times), 1.0)]
+    seconds = median_s(lambda: simulate(schedule("interleaved", 64, 1024, 4)), 3)
+    return [("pipeline plan + simulate 64 x 1024 x 4 (s)", seconds, 1.0)]
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from tpviz import layout
+from tpviz import cost, layout
 from tpviz.errors import ShardingError
 
 # Okabe & Ito's colour-blind-safe palette; beyond 8 blocks, samples of cividis (also CVD-safe).
@@ -139,8 +139,6 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-_show_figures_in_notebooks()
-
 
 def matmul(p, *, system=None) -> Figure:
     """``X · W = Y`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
@@ -159,10 +157,11 @@ def matmul(p, *, system=None) -> Figure:
              f"{c.bytes:,} bytes per device" for c in p.collectives] or ["no communication"]
     lines = [p.describe(), *moves, f"{p.flops:,} FLOPs per device"]
     if system is not None:
-        from tpviz import cost
-
         e = cost.estimate(p.flops, p.collectives, system)
         lines.append(f"{system.name}: compute {e.compute_s * 1e6:.2f} µs, communication "
                      f"{e.comm_s * 1e6:.2f} µs → {e.bound}-bound")
     fig.suptitle("\n".join(lines), fontsize=9, x=0.01, y=0.99, ha="left", va="top")
     return fig
+
+
+_show_figures_in_notebooks()

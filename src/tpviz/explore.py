@@ -11,11 +11,13 @@ import base64
 from collections.abc import Callable
 
 import ipywidgets as widgets
+import jax.numpy as jnp
 import matplotlib.pyplot as plt
 from IPython.display import Image, display
 from matplotlib.figure import Figure
 
-from tpviz import cost, draw, layout, matmul
+from tpviz import cost, draw, hlo, layout, matmul
+from tpviz.devices import make_mesh
 from tpviz.errors import TpvizError
 
 STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
@@ -110,11 +112,6 @@ def render_matmul(mesh: str, x: str, w: str, b: int, d: int, f: int, system: str
                     dtype="bf16", reduce_scatter=reduce_scatter)
     fig = draw.matmul(p, system=cost.SYSTEMS[system])
     if compile:
-        import jax.numpy as jnp
-
-        from tpviz import hlo
-        from tpviz.devices import make_mesh
-
         m = make_mesh(tuple(MESHES[mesh].values()), tuple(MESHES[mesh]))
         found = hlo.collectives(matmul.explicit(p, m), jnp.zeros((b, d), jnp.bfloat16),
                                 jnp.zeros((d, f), jnp.bfloat16))

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tpviz import layout
+from tpviz import hlo, layout
 from tpviz.errors import ShardingError
 from tpviz.layout import MeshShape, axes_of
 
@@ -69,10 +69,6 @@ class MatmulPlan:
     flops: int
     collectives: tuple[PlannedCollective, ...]
     reduce_scatter: bool
-
-    @property
-    def contracting_axes(self) -> tuple[str, ...]:
-        return axes_of(_entry(self.x_spec, 1)) or axes_of(_entry(self.w_spec, 0))
 
     def describe(self) -> str:
         """One paragraph in the notation: what each device does."""
@@ -232,17 +228,16 @@ def check(p: MatmulPlan, mesh, x, w) -> Check:
         AssertionError: a result differs from ``x @ w`` or the explicit program's collectives
             (kind, bytes, group size, in order) differ from the plan's.
     """
-    from tpviz import hlo
-
     reference = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    programs = explicit(p, mesh), gspmd(p, mesh)
     errors = []
-    for run in (explicit(p, mesh), gspmd(p, mesh)):
+    for run in programs:
         y = np.asarray(run(x, w), np.float64)
         assert y.shape == reference.shape, f"result shape {y.shape} != {reference.shape}"
         errors.append(float(np.max(np.abs(y - reference)) / max(1.0, np.max(np.abs(reference)))))
     assert max(errors) < 1e-4, f"sharded result differs from x @ w (relative error {max(errors)})"
-    found = hlo.collectives(explicit(p, mesh), x, w)
+    found = hlo.collectives(programs[0], x, w)
     got = [(c.kind, c.bytes, c.group_size) for c in found]
     want = [(c.kind, c.bytes, c.group_size) for c in p.collectives]
     assert got == want, f"compiled collectives {got} differ from the plan's {want}"
-    return Check(p, found, hlo.collectives(gspmd(p, mesh), x, w), max(errors))
+    return Check(p, found, hlo.collectives(programs[1], x, w), max(errors))

@@ -22,12 +22,18 @@ def _case(x: str, w: str) -> int:
         return 4
 
 
-def _sharded_product(fn, x, w, want: PartitionSpec, kinds: dict, hint: str):
-    """Run the learner's program; check the values, the output sharding and the collectives."""
+def _sharded_product(fn, x, w, want: PartitionSpec, kinds: dict, hint: str,
+                     because: dict[str, str] | None = None):
+    """Run the learner's program; check the values, the collectives and the output sharding.
+
+    ``because`` maps a collective kind the program should not hold to a specific message."""
     y = call(fn, x, w, what="your program")
     expect_array(y, np.asarray(x) @ np.asarray(w), what="the result", rtol=1e-4, atol=1e-3,
                  hint=hint)
     found = hlo.collectives(fn, x, w)
+    for kind, message in (because or {}).items():
+        if kind in found.kinds():
+            raise Wrong(message, hint)
     if dict(found.kinds()) != kinds:
         raise Wrong(f"the compiled program holds {dict(found.kinds()) or 'no collectives'}; "
                     f"expected {kinds or 'none'}.", hint)
@@ -53,12 +59,10 @@ def check_reduce_scatter(fn, x, w) -> str:
     """X[B, D_X] · W[D_X, F] → Y[B, F_X] with a single reduce-scatter."""
     hint = ("Multiply the local blocks into partial sums, then jax.lax.psum_scatter(y, 'X', "
             "scatter_dimension=1, tiled=True); out_specs P(None, 'X').")
-    call(fn, x, w, what="your program")  # the learner's own errors first, in plain words
-    kinds = dict(hlo.collectives(fn, x, w).kinds())
-    if "all-reduce" in kinds:
-        raise Wrong("your program all-reduces the whole partial product; each device then keeps "
-                    "only 1/N of it.", hint)
-    found = _sharded_product(fn, x, w, PartitionSpec(None, "X"), {"reduce-scatter": 1}, hint)
+    found = _sharded_product(
+        fn, x, w, PartitionSpec(None, "X"), {"reduce-scatter": 1}, hint,
+        because={"all-reduce": "your program all-reduces the whole partial product; each device "
+                               "then keeps only 1/N of it."})
     return f"One reduce-scatter: {found[0].bytes:,} bytes per device, half of an all-reduce's work."
 
 
