@@ -1,6 +1,8 @@
 """Each checker: the right answer passes, plausible wrong answers fail with a specific message,
 the stub reports "not attempted yet", and wrong learner code never escapes as a raw traceback."""
 
+import itertools
+
 import jax
 import numpy as np
 import pytest
@@ -151,3 +153,67 @@ def test_matmul_checkers(capsys):
     fails(ex.check_cases, {"a": 1, "b": 3, "c": 3, "d": 4}, words=r"1 of 4 wrong, e.g. \(b\)")
     fails(ex.check_cases, {"a": 1, "b": 2, "c": 2, "d": 1}, words="2 of 4 wrong")
     fails(ex.check_cases, [1, 2, 3, 4], words="give a dict")
+
+
+# --- pipeline chapter --------------------------------------------------------------------------
+
+def _one_f_one_b(p, m, d):
+    warm = min(p - d - 1, m)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i), ("B", i)]
+    return order + [("B", i) for i in range(m - warm, m)]
+
+
+def test_one_f_one_b_order(capsys):
+    passes(ex.check_one_f_one_b, _one_f_one_b, capsys=capsys)
+    fails(ex.check_one_f_one_b, lambda p, m, d: [("F", i) for i in range(m)] + [("B", i) for i in range(m)],
+          words="GPipe's order")
+    fails(ex.check_one_f_one_b, lambda p, m, d: _one_f_one_b(p, m, min(d + 1, p - 1)),
+          words="forwards before its first backward")  # the warm-up of the next device
+    fails(ex.check_one_f_one_b,
+          lambda p, m, d: [(k, m - 1 - i) if k == "B" else (k, i) for k, i in _one_f_one_b(p, m, d)],
+          words="differs from 1F1B at position")  # backwards in the wrong order
+    fails(ex.check_one_f_one_b, lambda p, m, d: "F0 F1", words="list of \\(kind, microbatch\\)")
+
+
+def test_bubble_and_microbatches(capsys):
+    passes(ex.check_bubble, 7 / 39, capsys=capsys)
+    fails(ex.check_bubble, 7 / 32, words="relative to the ideal")
+    fails(ex.check_bubble, 7 / 8, words="naive")
+    fails(ex.check_bubble, 0.5, words="not right")
+    # (p-1)/(m+p-1) <= 0.05 with p = 8  <=>  m >= 7 / 0.05 - 7 = 133
+    passes(ex.check_microbatches, 133, capsys=capsys)
+    fails(ex.check_microbatches, 140, words="relative to the ideal")
+    fails(ex.check_microbatches, 200, words="fewer microbatches also do")
+    fails(ex.check_microbatches, 132, words="not right")
+
+
+def test_balance_checker(capsys):
+    def exact(costs, p):  # brute force: try every set of cuts
+        n = len(costs)
+        best = min(itertools.combinations(range(1, n), p - 1),
+                   key=lambda cuts: max(sum(costs[a:b]) for a, b in itertools.pairwise((0, *cuts, n))))
+        return [b - a for a, b in itertools.pairwise((0, *best, n))]
+
+    def greedy(costs, p):  # fill each stage up to the average: not optimal in general
+        target, sizes, acc = sum(costs) / p, [0], 0
+        for c in costs:
+            if acc + c > target and sizes[-1] and len(sizes) < p:
+                sizes.append(0)
+                acc = 0
+            sizes[-1] += 1
+            acc += c
+        return sizes + [0] * (p - len(sizes))
+
+    passes(ex.check_balance, exact, capsys=capsys)
+    fails(ex.check_balance, greedy, words="each at least 1|a split with")
+    fails(ex.check_balance, lambda c, p: [len(c) // p] * p, words="summing to|a split with")
+    fails(ex.check_balance, lambda c, p: 1 / 0, words="raised ZeroDivisionError")
+
+
+def test_weight_versions(capsys):
+    passes(ex.check_weight_versions, [4, 3, 2, 1], capsys=capsys)
+    fails(ex.check_weight_versions, [2, 2, 2, 2], words="2BW")
+    fails(ex.check_weight_versions, [1, 2, 3, 4], words="reversed")
+    fails(ex.check_weight_versions, [4, 4, 4, 4], words="not right")

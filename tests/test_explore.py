@@ -2,7 +2,7 @@ import pytest
 
 import tpviz
 from tpviz.errors import TpvizError
-from tpviz.explore import STATIC_NOTE, render_layout
+from tpviz.explore import STATIC_NOTE, render_layout, render_pipeline
 
 
 def test_live_widget_carries_a_static_figure_for_the_book():
@@ -29,3 +29,18 @@ def test_widget_survives_bad_input(capsys):
     capsys.readouterr()
     text.value = "A[I_Q, J]"  # unknown axis: a message in the output, not an exception
     assert "unknown mesh axis 'Q'" in capsys.readouterr().out  # (outside a kernel, Output prints)
+
+
+def test_pipeline_widget_shows_the_simulation_beside_the_formula():
+    fig = render_pipeline("gpipe", 4, 12, 2, 2.0)
+    footer = fig.texts[-1].get_text()
+    bubble = 3 / 15  # (p-1)/(m+p-1)
+    assert f"simulated {bubble:.2%}, formula (p−1)/(m+p−1) = {bubble:.2%}" in footer
+    assert "first device 12, last 12" in footer  # GPipe holds all m microbatches
+
+
+def test_pipeline_widget_explains_an_impossible_interleaving(capsys):
+    live = tpviz.explore_pipeline(name="interleaved", stages=4, microbatches=8)
+    capsys.readouterr()
+    live.widget.children[0].children[2].value = 6  # microbatches: 6 is not a multiple of 4
+    assert "must be a multiple of 4" in capsys.readouterr().out

@@ -1,8 +1,25 @@
 """Pipeline schedules: simulated makespan, bubble and memory against the papers' formulas."""
 
-import pytest
+import io
+import itertools
 
-from tpviz.pipeline import NAMES, ScheduleError, schedule, simulate
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+from tpviz.draw import _png as draw_png
+from tpviz.errors import DeviceSetupError, ShardingError
+from tpviz.pipeline import (
+    NAMES,
+    ScheduleError,
+    balance,
+    bubble_formula,
+    draw,
+    run,
+    schedule,
+    simulate,
+)
 
 F, B = 1.0, 2.0
 GRID = [(p, m) for p in (1, 2, 4, 8) for m in (1, 2, 4, 8, 16)]
@@ -46,7 +63,10 @@ def test_zero_bubble_h1_idle_is_p_minus_1_forwards(p, m):
     # and each device idles (p - 1) * T_F instead of (p - 1) * (T_F + T_B + T_W).
     t = simulate(schedule("zb-h1", p, m), F, B)
     assert t.makespan == pytest.approx(m * (F + B) + (p - 1) * F)
-    assert t.peak_activations == simulate(schedule("1f1b", p, m)).peak_activations
+    # W needs the layer's input, so a deferred W keeps its microbatch's activations: every device
+    # peaks at p, which is 1F1B's peak on its first device (the paper's memory bound p * M_B)
+    assert t.peak_activations == (p,) * p
+    assert max(t.peak_activations) == max(simulate(schedule("1f1b", p, m)).peak_activations)
     kinds = [op.kind for op in t.schedule.ops[0]]
     assert kinds.count("W") == kinds.count("B") == m
 
@@ -97,3 +117,111 @@ def test_the_benchmark_size_has_the_formula_bubble():
     # 64 stages x 1024 microbatches x 4 chunks (timed by benchmarks/budgets.py, budget < 1 s)
     t = simulate(schedule("interleaved", 64, 1024, 4))
     assert t.makespan == pytest.approx(1024 * 3 * (1 + 63 / (4 * 1024)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(("p", "m", "v"), [(2, 4, 2), (4, 8, 2), (4, 16, 3), (8, 8, 4)])
+def test_bubble_formula_matches_the_simulation(name, p, m, v):
+    v = v if name == "interleaved" else 1
+    t = simulate(schedule(name, p, m, v), F, B)
+    expected, formula = bubble_formula(name, p, m, v, F, B)
+    assert t.bubble_fraction == pytest.approx(expected), formula
+
+
+# --- balanced stages: the dynamic programme against brute force over every set of cuts ----------
+
+def brute_force_slowest(costs, p):
+    return min(max(sum(costs[a:b]) for a, b in itertools.pairwise((0, *cuts, len(costs))))
+               for cuts in itertools.combinations(range(1, len(costs)), p - 1))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_balance_is_optimal(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 10))
+    costs = [int(c) for c in rng.integers(1, 20, n)]
+    for p in range(1, n + 1):
+        part = balance(costs, p)
+        assert part.slowest == brute_force_slowest(costs, p)
+        assert [a for a, _ in part.bounds] == [0, *(b for _, b in part.bounds[:-1])]  # contiguous
+        assert part.bounds[-1][1] == n and all(b > a for a, b in part.bounds)  # covers, non-empty
+
+
+def test_balance_beats_greedy_and_reports_the_imbalance_bubble():
+    part = balance([4, 1, 1, 1, 1, 4], 3)
+    assert part.stage_costs == (4, 4, 4)
+    assert part.imbalance_bubble == 0
+    uneven = balance([1, 1, 1, 5], 2)
+    assert uneven.stage_costs == (3, 5)
+    assert uneven.imbalance_bubble == pytest.approx(1 - 8 / (2 * 5))
+
+
+@pytest.mark.parametrize(("costs", "p", "words"), [([1, 2], 3, "at most 2 stages"),
+                                                   ([1, -2, 3], 2, "must not be negative"),
+                                                   ([1, 2], 0, "positive integer")])
+def test_balance_bad_input(costs, p, words):
+    with pytest.raises(ScheduleError, match=words):
+        balance(costs, p)
+
+
+# --- the real pipelined MLP on 4 devices ----------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "v"), [("naive", 1), ("gpipe", 1), ("1f1b", 1), ("zb-h1", 1),
+                                         ("interleaved", 2)])
+def test_pipelined_mlp_has_the_reference_loss_and_gradients(name, v):
+    devices = jax.devices()[:4]
+    params = run.init([12] * (4 * v + 1), seed=v)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 12), dtype=np.float32)
+    target = rng.standard_normal((16, 12), dtype=np.float32)
+    sched = schedule(name, 4, 8, v)
+    result = run.run(sched, params, x, target, devices)
+    with jax.default_device(jax.devices()[0]):
+        loss, grads = jax.value_and_grad(run.loss_fn)(params, x, target)
+    assert result.loss == pytest.approx(float(loss), rel=1e-5)
+    for s, (got, want) in enumerate(zip(result.grads, grads, strict=True)):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-6)
+            assert g.devices() == {devices[s % 4]}  # each chunk's gradients stay on its device
+    # saved activations measured in bytes: the simulator's peak count times one microbatch's bytes
+    peaks = simulate(sched).peak_activations
+    assert result.peak_held_bytes == tuple(k * result.microbatch_bytes[0] for k in peaks)
+
+
+def test_pipelined_mlp_rejects_mismatched_input():
+    params = run.init([4] * 5)
+    x = np.zeros((6, 4), np.float32)
+    with pytest.raises(ShardingError, match="4 equal microbatches"):
+        run.run(schedule("gpipe", 4, 4), params, x, x, jax.devices()[:4])
+    with pytest.raises(ShardingError, match="the model has 4 layers"):
+        run.run(schedule("gpipe", 2, 3), params, x, x, jax.devices()[:2])
+    with pytest.raises(DeviceSetupError, match="need 4 devices"):
+        run.run(schedule("gpipe", 4, 3), params, x, x, jax.devices()[:2])
+
+
+# --- drawings ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "p", "m", "v"), [("zb-h1", 4, 8, 1), ("interleaved", 16, 64, 4)])
+def test_gantt_draws_every_device_and_the_bubble(name, p, m, v):
+    t = simulate(schedule(name, p, m, v))
+    fig = draw.gantt(t)
+    ax = fig.axes[0]
+    assert ax.get_ylim() == (p - 0.5, -0.5)
+    assert f"bubble {t.bubble_fraction:.1%}" in ax.get_title(loc="left")
+    assert draw_png(fig)[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])
+def test_memory_over_time_peaks_at_the_simulated_peak(name):
+    t = simulate(schedule(name, 4, 8))
+    for d in range(4):
+        times, held = draw.held_over_time(t, d)
+        assert held.max() == t.peak_activations[d]
+        assert held[-1] == 0 and (np.diff(times) >= 0).all()
+
+
+def test_animation_is_a_gif_with_a_frame_per_step():
+    gif = draw.animate(simulate(schedule("1f1b", 2, 2)), frames=5)
+    image = Image.open(io.BytesIO(gif.gif))
+    assert image.format == "GIF" and image.n_frames >= 5
+    assert gif._repr_html_().startswith('<img src="data:image/gif;base64,')

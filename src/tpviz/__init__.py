@@ -2,14 +2,15 @@
 
 Start every notebook with ``tpviz.setup_devices(8)``. The topics live in submodules:
 ``layout`` (sharding notation, shapes, bytes), ``hlo`` (collectives of the compiled program),
-``matmul`` (sharded matrix multiplication), ``cost`` (compute versus communication time),
+``matmul`` (sharded matrix multiplication), ``pipeline`` (schedules, simulator, a pipelined
+model), ``cost`` (compute versus communication time),
 ``draw`` (figures), ``explore`` (widgets) and ``exercises`` (checkers).
 """
 
-from tpviz import cost, draw, errors, exercises, hlo, layout, matmul
+from tpviz import cost, draw, errors, exercises, hlo, layout, matmul, pipeline
 from tpviz.devices import make_mesh, setup_devices
-from tpviz.explore import explore_layout, explore_matmul
+from tpviz.explore import explore_layout, explore_matmul, explore_pipeline
 
-__all__ = ["cost", "draw", "errors", "exercises", "explore_layout", "explore_matmul", "hlo",
-           "layout", "make_mesh", "matmul", "setup_devices"]
+__all__ = ["cost", "draw", "errors", "exercises", "explore_layout", "explore_matmul",
+           "explore_pipeline", "hlo", "layout", "make_mesh", "matmul", "pipeline", "setup_devices"]
 __version__ = "0.1.0"

@@ -16,9 +16,10 @@ import matplotlib.pyplot as plt
 from IPython.display import Image, display
 from matplotlib.figure import Figure
 
-from tpviz import cost, draw, hlo, layout, matmul
+from tpviz import cost, draw, hlo, layout, matmul, pipeline
 from tpviz.devices import make_mesh
 from tpviz.errors import TpvizError
+from tpviz.pipeline import draw as pipeline_draw
 
 STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
                "(Jupyter, Colab or Binder).")
@@ -140,3 +141,41 @@ def explore_matmul(mesh: str = "X=2, Y=4", x: str = "X[B_X, D_Y]", w: str = "W[D
         "compile": widgets.Checkbox(value=False, description="compile and list collectives"),
     }
     return live(controls, render_matmul)
+
+
+def render_pipeline(name: str, stages: int, microbatches: int, chunks: int,
+                    backward_ratio: float) -> Figure:
+    """The figure ``explore_pipeline`` shows: the Gantt chart, and simulated vs formula."""
+    v = chunks if name == "interleaved" else 1
+    t = pipeline.simulate(pipeline.schedule(name, stages, microbatches, v), 1.0, backward_ratio)
+    fig = pipeline_draw.gantt(t, labels=sum(map(len, t.schedule.ops)) <= 64)  # text is slow
+    expected, formula = pipeline.bubble_formula(name, stages, microbatches, v, 1.0,
+                                                backward_ratio)
+    peak = t.peak_activations
+    height = fig.get_figheight() + 0.3  # room for one more line below the chart
+    fig.set_figheight(height)
+    fig.subplots_adjust(bottom=0.85 / height, top=1 - 0.45 / height)
+    fig.text(0.07, 0.01, f"bubble: simulated {t.bubble_fraction:.2%}, formula {formula} = "
+             f"{expected:.2%}   ·   peak activations held (microbatches × chunks): first device "
+             f"{peak[0]}, last {peak[-1]}", fontsize=9, va="bottom")
+    return fig
+
+
+def explore_pipeline(name: str = "1f1b", stages: int = 4, microbatches: int = 8,
+                     chunks: int = 2, backward_ratio: float = 2.0) -> Live:
+    """Schedule, stages, microbatches, chunks (interleaved only) and the backward/forward time
+    ratio → the Gantt chart, the bubble (simulated and by formula) and the peak memory."""
+    style = {"description_width": "initial"}
+    controls = {
+        "name": widgets.Dropdown(options=list(pipeline.NAMES), value=name,
+                                 description="schedule", style=style),
+        "stages": widgets.IntSlider(value=stages, min=1, max=16, description="stages p",
+                                    style=style),
+        "microbatches": widgets.IntSlider(value=microbatches, min=1, max=64,
+                                          description="microbatches m", style=style),
+        "chunks": widgets.IntSlider(value=chunks, min=1, max=4,
+                                    description="chunks v (interleaved)", style=style),
+        "backward_ratio": widgets.FloatSlider(value=backward_ratio, min=0.5, max=4.0, step=0.5,
+                                              description="backward / forward", style=style),
+    }
+    return live(controls, render_pipeline)

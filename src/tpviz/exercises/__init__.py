@@ -13,7 +13,15 @@ from tpviz.exercises.matmul import (
     check_column_parallel,
     check_reduce_scatter,
 )
+from tpviz.exercises.pipeline import (
+    check_balance,
+    check_bubble,
+    check_microbatches,
+    check_one_f_one_b,
+    check_weight_versions,
+)
 
-__all__ = ["ExerciseFailed", "NotAttempted", "Wrong", "check_all_gather_bytes",
-           "check_bytes_per_device", "check_cases", "check_column_parallel", "check_holders",
-           "check_reduce_scatter", "check_rows_over_mesh", "check_total", "checker"]
+__all__ = ["ExerciseFailed", "NotAttempted", "Wrong", "check_all_gather_bytes", "check_balance",
+           "check_bubble", "check_bytes_per_device", "check_cases", "check_column_parallel",
+           "check_holders", "check_microbatches", "check_one_f_one_b", "check_reduce_scatter",
+           "check_rows_over_mesh", "check_total", "check_weight_versions", "checker"]

@@ -88,7 +88,7 @@ def _alternate(first: list, second: list) -> list:
 
 
 def _zb_h1(p: int, m: int) -> list[list[Op]]:
-    """ZB-H1 (zero bubble, same memory as 1F1B): 1F1B's order of F and B (input gradients), with
+    """ZB-H1 (zero bubble, the peak memory of 1F1B): 1F1B's order of F and B (input gradients), with
     each weight-gradient W deferred to fill what would be idle time: device d holds back its
     first d W's and runs them in the drain, where 1F1B waits."""
     ops = []

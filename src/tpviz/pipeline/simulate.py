@@ -104,16 +104,40 @@ def _simulate(sched: Schedule, forward: float, backward: float, p2p: float) -> T
     cost = {"F": cost_f, "B": cost_b, "W": cost_w}
     busy = sum(cost[op[0]] for ops in sched.ops for op in ops)
     return Timeline(sched, tuple(tuple(r) for r in starts), cost, makespan,
-                    1 - busy / (p * makespan), tuple(_peak(ops) for ops in sched.ops))
+                    1 - busy / (p * makespan), tuple(_peak(ops, split) for ops in sched.ops))
 
 
-def _peak(ops) -> int:
-    """Most microbatches whose activations a device holds: +1 at F, -1 when its B finishes."""
+def _peak(ops, split: bool) -> int:
+    """Most microbatches whose activations a device holds: +1 at F, -1 when the last op that
+    needs them ends (B; W when the weight gradient is split off, as W needs the layer's input)."""
+    release = "W" if split else "B"
     held = peak = 0
     for op in ops:
         if op.kind == "F":
             held += 1
             peak = max(peak, held)
-        elif op.kind == "B":
+        elif op.kind == release:
             held -= 1
     return peak
+
+
+def bubble_formula(name: str, stages: int, microbatches: int, chunks: int = 1,
+                   forward: float = 1.0, backward: float = 2.0) -> tuple[float, str]:
+    """The papers' bubble fraction (idle / total device-time) and the formula, as text.
+
+    naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1) (GPipe; PipeDream-Flush); interleaved
+    (p-1)/(v m + p-1) (Megatron-LM: (p-1)/(v m) of the ideal time); ZB-H1 with m >= p, B and W
+    each half the backward: (p-1) F / (m (F+B) + (p-1) F).
+    """
+    p, m, v, f, b = stages, microbatches, chunks, forward, backward
+    if name == "naive":
+        return (p - 1) / p, "(p−1)/p"
+    if name in ("gpipe", "1f1b"):
+        return (p - 1) / (m + p - 1), "(p−1)/(m+p−1)"
+    if name == "interleaved":
+        return (p - 1) / (v * m + p - 1), "(p−1)/(v·m+p−1)"
+    if name == "zb-h1" and m >= p:
+        return (p - 1) * f / (m * (f + b) + (p - 1) * f), "(p−1)F/(m(F+B)+(p−1)F)"
+    if name == "zb-h1":
+        return float("nan"), "(ZB-H1 formula needs m ≥ p)"
+    raise ScheduleError(f"no bubble formula for {name!r}.")

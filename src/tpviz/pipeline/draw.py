@@ -1,0 +1,160 @@
+"""Drawings of a simulated pipeline: a Gantt chart, activations held over time, an animation.
+
+Colour = microbatch; F full colour, B lighter, W darker; idle time (the bubble) is the grey
+background.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from PIL import Image
+
+from tpviz.draw import _text_colour, palette
+from tpviz.pipeline.simulate import Timeline
+
+IDLE = "#e6e6e6"
+LABEL_UP_TO, RASTER_ABOVE = 400, 1500
+
+
+def gantt(t: Timeline, ax=None, title: str | None = None,
+          labels: bool | None = None) -> Figure:
+    """Devices (rows, device 0 on top) × time; one box per op. Colour = microbatch; F full
+    colour, B lighter, W darker; boxes wide enough are labelled (``F3`` = forward of
+    microbatch 3); ``labels=None`` labels charts of at most 400 ops. Charts of more than 1,500
+    ops are drawn as an image (fast; no gaps between boxes)."""
+    s = t.schedule
+    if ax is None:
+        height = (0.45 if s.stages <= 8 else 0.25) * s.stages + 1.3
+        fig = Figure(figsize=(10, height))
+        ax = fig.subplots()
+        fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / height, bottom=0.55 / height)
+    base = np.array([to_rgb(c) for c in palette(s.microbatches)])
+    shades = {"F": base, "B": base + (1 - base) * 0.55, "W": base * 0.6}
+    count = sum(len(o) for o in s.ops)
+    if count > RASTER_ABOVE:
+        _raster(ax, t, shades)
+    else:
+        _boxes(ax, t, shades, labels=count <= LABEL_UP_TO if labels is None else labels)
+    ax.set_facecolor(IDLE)
+    ax.set_xlim(0, t.makespan)
+    ax.set_ylim(s.stages - 0.5, -0.5)
+    step = max(1, s.stages // 8)
+    ax.set_yticks(range(0, s.stages, step), [f"D{d}" for d in range(0, s.stages, step)])
+    ax.set_xlabel("time (one forward through a stage = 1)")
+    chunks = f", {s.chunks} chunks per device" if s.chunks > 1 else ""
+    ax.set_title(title or f"{s.name}: {s.stages} stages, {s.microbatches} microbatches{chunks} — "
+                 f"bubble {t.bubble_fraction:.1%} (grey).  Colour = microbatch; F full, B "
+                 "lighter, W darker", fontsize=9, loc="left")
+    return ax.figure
+
+
+def _boxes(ax, t: Timeline, shades: dict, labels: bool) -> None:
+    s = t.schedule
+    verts, faces = [], []
+    wide = 0.03 * t.makespan
+    for d in range(s.stages):
+        kinds = np.array([op[0] for op in s.ops[d]])
+        mbs = np.array([op[1] for op in s.ops[d]])
+        a = np.asarray(t.starts[d])
+        b = a + np.array([t.durations[k] for k in kinds])
+        box = np.empty((len(a), 4, 2))
+        box[:, [0, 3], 0], box[:, [1, 2], 0] = a[:, None], b[:, None]
+        box[:, :2, 1], box[:, 2:, 1] = d - 0.4, d + 0.4
+        verts.append(box)
+        colour = np.empty((len(a), 3))
+        for kind, table in shades.items():
+            colour[kinds == kind] = table[mbs[kinds == kind]]
+        faces.append(colour)
+        if labels:
+            for k, mb, x0, x1, c in zip(kinds, mbs, a, b, colour, strict=True):
+                if x1 - x0 >= wide:
+                    ax.text((x0 + x1) / 2, d, f"{k}{mb}", ha="center", va="center", fontsize=7,
+                            color=_text_colour(c))
+    ax.add_collection(PolyCollection(np.concatenate(verts), facecolors=np.concatenate(faces),
+                                     edgecolors="white", linewidths=0.5))
+
+
+def _raster(ax, t: Timeline, shades: dict, width: int = 1600) -> None:
+    """Paint the ops into an image: 4 pixel rows per device and one blank row between devices."""
+    s = t.schedule
+    image = np.empty((5 * s.stages, width, 3))
+    image[:] = to_rgb(IDLE)
+    scale = width / t.makespan
+    for d in range(s.stages):
+        row = image[5 * d: 5 * d + 4]
+        for (kind, mb, _), start in zip(s.ops[d], t.starts[d], strict=True):
+            a = int(start * scale + 0.5)
+            row[:, a:max(a + 1, int((start + t.durations[kind]) * scale + 0.5))] = (
+                shades[kind][mb])
+    ax.imshow(image, extent=(0, t.makespan, s.stages - 0.5, -0.5), aspect="auto",
+              interpolation="nearest")
+
+
+def held_over_time(t: Timeline, device: int) -> tuple[np.ndarray, np.ndarray]:
+    """(times, microbatches held) as a step function: +1 when an F starts, -1 when the op that
+    releases the activations (B, or W when split) ends."""
+    split = any(op.kind == "W" for op in t.schedule.ops[device])
+    release = "W" if split else "B"
+    events = sorted([(a, 1) for op, a, _ in t.spans(device) if op.kind == "F"]
+                    + [(b, -1) for op, _, b in t.spans(device) if op.kind == release])
+    times = np.array([0.0] + [e[0] for e in events] + [t.makespan])
+    held = np.concatenate([[0], np.cumsum([e[1] for e in events]), [0]])
+    return times, held
+
+
+def memory(t: Timeline, ax=None) -> Figure:
+    """Microbatch activations each device holds over time (in units of one microbatch through one
+    chunk)."""
+    if ax is None:
+        fig = Figure(figsize=(10, 2.8), layout="constrained")
+        ax = fig.subplots()
+    colours = palette(t.schedule.stages)
+    for d in range(t.schedule.stages):
+        times, held = held_over_time(t, d)
+        ax.step(times, held, where="post", color=colours[d], label=f"D{d}", linewidth=1.5)
+    ax.set_xlim(0, t.makespan)
+    ax.set_xlabel("time")
+    ax.set_ylabel("activations held\n(microbatches)")
+    if t.schedule.stages <= 8:
+        ax.legend(loc="upper right", fontsize=8, ncols=min(4, t.schedule.stages))
+    ax.set_title(f"{t.schedule.name}: peak per device {list(t.peak_activations)}", fontsize=10,
+                 loc="left")
+    return ax.figure
+
+
+class Animation:
+    """An animated GIF; shows itself as an ``<img>`` in notebooks and in the static book."""
+
+    def __init__(self, gif: bytes, alt: str):
+        self.gif, self.alt = gif, alt
+
+    def _repr_html_(self) -> str:
+        data = base64.b64encode(self.gif).decode()
+        return f'<img src="data:image/gif;base64,{data}" alt="{self.alt}"/>'
+
+
+def animate(t: Timeline, frames: int = 24, ms_per_frame: int = 250) -> Animation:
+    """The Gantt chart revealed over time: a cursor sweeps left to right, hiding the future."""
+    fig = gantt(t)
+    canvas = FigureCanvasAgg(fig)
+    ax = fig.axes[0]
+    curtain = ax.axvspan(0, t.makespan, color="white", zorder=5)
+    cursor = ax.axvline(0, color="black", linewidth=1.5, zorder=6)
+    images = []
+    for now in np.linspace(0, t.makespan, frames):
+        curtain.set_x(now)
+        cursor.set_xdata([now, now])
+        canvas.draw()
+        images.append(Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB"))
+    images += [images[-1]] * 6  # rest on the finished chart
+    buf = io.BytesIO()
+    images[0].save(buf, format="gif", save_all=True, append_images=images[1:],
+                   duration=ms_per_frame, loop=0)
+    return Animation(buf.getvalue(), f"Animated Gantt chart of the {t.schedule.name} schedule")
