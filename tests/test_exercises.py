@@ -217,3 +217,49 @@ def test_weight_versions(capsys):
     fails(ex.check_weight_versions, [2, 2, 2, 2], words="2BW")
     fails(ex.check_weight_versions, [1, 2, 3, 4], words="reversed")
     fails(ex.check_weight_versions, [4, 4, 4, 4], words="not right")
+
+
+# --- Megatron chapter ---------------------------------------------------------------------------
+
+def _conjugates(f_backward_psum=True, g_forward_psum=True, g_backward_psum=False):
+    @jax.custom_vjp
+    def f(x):
+        return x
+
+    f.defvjp(lambda x: (x, None),
+             lambda _, ct: (jax.lax.psum(ct, "model") if f_backward_psum else ct,))
+
+    @jax.custom_vjp
+    def g(x):
+        return jax.lax.psum(x, "model") if g_forward_psum else x
+
+    g.defvjp(lambda x: (g(x), None),
+             lambda _, ct: (jax.lax.psum(ct, "model") if g_backward_psum else ct,))
+    return f, g
+
+
+def test_conjugates_checker(capsys):
+    passes(ex.check_conjugates, *_conjugates(), capsys=capsys)
+    fails(ex.check_conjugates, *_conjugates(f_backward_psum=False), words="gradient of X")
+    fails(ex.check_conjugates, *_conjugates(g_backward_psum=True), words="4x too large")
+    fails(ex.check_conjugates, *_conjugates(g_forward_psum=False), words="forward pass is wrong")
+    fails(ex.check_conjugates, lambda x: x, lambda x: jax.lax.psum(x, "model"),
+          words="4x too large|gradient of X")  # no custom_vjp: a bare psum
+
+
+def test_row_parallel_checker(capsys):
+    passes(ex.check_row_parallel, lambda h, w: jax.lax.psum(h @ w, "model"), capsys=capsys)
+    fails(ex.check_row_parallel, lambda h, w: h @ w, words="one device's partial sum")
+    fails(ex.check_row_parallel, lambda h, w: jax.lax.psum(h @ w, "model") / 4, words="wrong values")
+    fails(ex.check_row_parallel, lambda h, w: jax.lax.psum(h, "model") @ w, words="raised|shape")
+
+
+def test_all_reduces_and_weight_bytes(capsys):
+    passes(ex.check_all_reduces, 96, capsys=capsys)
+    fails(ex.check_all_reduces, 48, words="one direction")
+    fails(ex.check_all_reduces, 24, words="one per layer")
+    h = 12288
+    passes(ex.check_weight_bytes, 12 * h * h * 2 // 8, capsys=capsys)
+    fails(ex.check_weight_bytes, 12 * h * h * 2, words="whole block")
+    fails(ex.check_weight_bytes, 8 * h * h * 2 // 8, words="MLP only")
+    fails(ex.check_weight_bytes, 12 * h * h * 4 // 8, words="4 bytes")

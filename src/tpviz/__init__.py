@@ -2,15 +2,17 @@
 
 Start every notebook with ``tpviz.setup_devices(8)``. The topics live in submodules:
 ``layout`` (sharding notation, shapes, bytes), ``hlo`` (collectives of the compiled program),
-``matmul`` (sharded matrix multiplication), ``pipeline`` (schedules, simulator, a pipelined
+``matmul`` (sharded matrix multiplication), ``megatron`` (tensor-parallel MLP, attention,
+block), ``pipeline`` (schedules, simulator, a pipelined
 model), ``cost`` (compute versus communication time),
 ``draw`` (figures), ``explore`` (widgets) and ``exercises`` (checkers).
 """
 
-from tpviz import cost, draw, errors, exercises, hlo, layout, matmul, pipeline
+from tpviz import cost, draw, errors, exercises, hlo, layout, matmul, megatron, pipeline
 from tpviz.devices import make_mesh, setup_devices
-from tpviz.explore import explore_layout, explore_matmul, explore_pipeline
+from tpviz.explore import explore_layout, explore_matmul, explore_megatron, explore_pipeline
 
 __all__ = ["cost", "draw", "errors", "exercises", "explore_layout", "explore_matmul",
-           "explore_pipeline", "hlo", "layout", "make_mesh", "matmul", "pipeline", "setup_devices"]
+           "explore_megatron", "explore_pipeline", "hlo", "layout", "make_mesh", "matmul",
+           "megatron", "pipeline", "setup_devices"]
 __version__ = "0.1.0"

@@ -173,11 +173,21 @@ def compiled_text(fn, *args, **kwargs) -> str:
     Raises:
         CompileError: ``fn`` does not trace or compile for these arguments.
     """
+    return compile(fn, *args, **kwargs).as_text()
+
+
+def compile(fn, *args, **kwargs):
+    """``fn`` (jitted or plain) compiled for these arguments: call it to run the program, and
+    ``parse(compiled.as_text())`` to read its collectives, without compiling twice.
+
+    Raises:
+        CompileError: ``fn`` does not trace or compile for these arguments.
+    """
     import jax
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     try:
-        return jitted.lower(*args, **kwargs).compile().as_text()
+        return jitted.lower(*args, **kwargs).compile()
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         name = getattr(fn, "__name__", type(fn).__name__)

@@ -13,6 +13,12 @@ from tpviz.exercises.matmul import (
     check_column_parallel,
     check_reduce_scatter,
 )
+from tpviz.exercises.megatron import (
+    check_all_reduces,
+    check_conjugates,
+    check_row_parallel,
+    check_weight_bytes,
+)
 from tpviz.exercises.pipeline import (
     check_balance,
     check_bubble,
@@ -21,7 +27,9 @@ from tpviz.exercises.pipeline import (
     check_weight_versions,
 )
 
-__all__ = ["ExerciseFailed", "NotAttempted", "Wrong", "check_all_gather_bytes", "check_balance",
-           "check_bubble", "check_bytes_per_device", "check_cases", "check_column_parallel",
-           "check_holders", "check_microbatches", "check_one_f_one_b", "check_reduce_scatter",
-           "check_rows_over_mesh", "check_total", "check_weight_versions", "checker"]
+__all__ = ["ExerciseFailed", "NotAttempted", "Wrong", "check_all_gather_bytes", "check_all_reduces",
+           "check_balance", "check_bubble", "check_bytes_per_device", "check_cases",
+           "check_column_parallel", "check_conjugates", "check_holders", "check_microbatches",
+           "check_one_f_one_b", "check_reduce_scatter", "check_row_parallel",
+           "check_rows_over_mesh", "check_total", "check_weight_bytes", "check_weight_versions",
+           "checker"]
