@@ -73,7 +73,9 @@ def test_without_conjugate_operators_the_gradients_are_wrong(mesh, data):
     a, b = params["a"], params["b"]
 
     def per_device(x, a, b):  # the MLP with a bare psum and no f: what f and g exist to fix
-        loss = lambda x, a, b: jnp.mean((jax.lax.psum(jax.nn.gelu(x @ a) @ b, "model") - target) ** 2)
+        def loss(x, a, b):
+            return jnp.mean((jax.lax.psum(jax.nn.gelu(x @ a) @ b, "model") - target) ** 2)
+
         return jax.grad(loss, argnums=(0, 1, 2))(x, a, b)
 
     gx, ga, gb = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "model"), P("model", None)),
