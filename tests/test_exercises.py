@@ -263,3 +263,27 @@ def test_all_reduces_and_weight_bytes(capsys):
     fails(ex.check_weight_bytes, 12 * h * h * 2, words="whole block")
     fails(ex.check_weight_bytes, 8 * h * h * 2 // 8, words="MLP only")
     fails(ex.check_weight_bytes, 12 * h * h * 4 // 8, words="4 bytes")
+
+
+# --- ZeRO chapter ---------------------------------------------------------------------------------
+
+def test_zero_memory_and_fewest_devices(capsys):
+    psi = 1.5e9
+    passes(ex.check_zero_memory, (2 * psi + 14 * psi / 16) / 1e9, capsys=capsys)  # 4.3125 GB
+    fails(ex.check_zero_memory, (4 * psi + 12 * psi / 16) / 1e9, words="stage 1")
+    fails(ex.check_zero_memory, 16 * psi / 16 / 1e9, words="stage 3")
+    fails(ex.check_zero_memory, 16 * psi / 1e9, words="stage 0|16Ψ")
+    fails(ex.check_zero_memory, 3.0, words="not right")
+    passes(ex.check_fewest_devices, 13, capsys=capsys)  # 26 + 182 / N <= 40
+    fails(ex.check_fewest_devices, 6, words="stage 3")
+    fails(ex.check_fewest_devices, 12, words="slightly more than 40 GB")
+    fails(ex.check_fewest_devices, 16, words="fewer do too")
+
+
+def test_grad_reduce_scatter(capsys):
+    passes(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum_scatter(g, "data", tiled=True) / 8,
+           capsys=capsys)
+    fails(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum(g, "data") / 8, words="all-reduce")
+    fails(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum_scatter(g, "data", tiled=True),
+          words="sum over the devices")
+    fails(ex.check_grad_reduce_scatter, lambda g: g[:8], words="wrong values")

@@ -44,3 +44,14 @@ def test_pipeline_widget_explains_an_impossible_interleaving(capsys):
     capsys.readouterr()
     live.widget.children[0].children[2].value = 6  # microbatches: 6 is not a multiple of 4
     assert "must be a multiple of 4" in capsys.readouterr().out
+
+
+def test_zero_widget_says_whether_it_fits():
+    from tpviz.explore import PRECISIONS, render_zero
+
+    mixed = next(iter(PRECISIONS))
+    # 7.5B on 64 devices, stage 2: 2Ψ + 14Ψ/64 = 16.6 GB <= 80 GB
+    title = render_zero("7.5B (ZeRO paper)", 1, 64, 2, mixed, 80).axes[0].get_title(loc="left")
+    assert "stage 2: 16.6 GB per device → fits; stage 2 needs at least 2 devices" in title
+    title = render_zero("custom", 13, 8, 0, mixed, 40).axes[0].get_title(loc="left")
+    assert "208.0 GB per device → does not fit; stage 0 never fits" in title

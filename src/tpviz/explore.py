@@ -16,10 +16,11 @@ import matplotlib.pyplot as plt
 from IPython.display import Image, display
 from matplotlib.figure import Figure
 
-from tpviz import cost, draw, hlo, layout, matmul, megatron, pipeline
+from tpviz import cost, draw, hlo, layout, matmul, megatron, pipeline, zero
 from tpviz.devices import make_mesh
 from tpviz.errors import TpvizError
 from tpviz.pipeline import draw as pipeline_draw
+from tpviz.zero import draw as zero_draw
 
 STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
                "(Jupyter, Colab or Binder).")
@@ -215,3 +216,49 @@ def explore_megatron(devices: int = 4, hidden: int = 1024, ffn_ratio: int = 4, h
                                   style=style),
     }
     return live(controls, render_megatron)
+
+
+PRECISIONS = {"mixed bf16 + fp32 Adam (2 + 2 + 12)": (2, 2, 12),
+              "fp32 Adam (4 + 4 + 8)": (4, 4, 8), "bf16 Adam states (2 + 2 + 4)": (2, 2, 4)}
+
+
+def render_zero(model: str, billions: float, devices: int, stage: int, precision: str,
+                accelerator_gb: float) -> Figure:
+    """The figure ``explore_zero`` shows: memory bars of all stages, the chosen one outlined."""
+    params = zero.MODELS[model] if model in zero.MODELS else billions * 1e9
+    p, g, o = PRECISIONS[precision]
+    fig = zero_draw.memory_bars(params, devices, capacity=accelerator_gb * 1e9, stage=stage,
+                                param_bytes=p, grad_bytes=g, optimizer_bytes=o)
+    total = zero.memory(params, devices, stage, param_bytes=p, grad_bytes=g,
+                        optimizer_bytes=o).total
+    fewest = zero.smallest_devices(params, stage, accelerator_gb * 1e9, param_bytes=p,
+                                   grad_bytes=g, optimizer_bytes=o)
+    verdict = ("fits" if total <= accelerator_gb * 1e9 else "does not fit") + (
+        f"; stage {stage} needs at least {fewest} devices" if fewest else
+        f"; stage {stage} never fits: part of the state stays whole on every device")
+    fig.axes[0].set_title(fig.axes[0].get_title(loc="left") + f"\nstage {stage}: "
+                          f"{total / 1e9:,.1f} GB per device → {verdict}", fontsize=9, loc="left")
+    return fig
+
+
+def explore_zero(model: str = "7.5B (ZeRO paper)", billions: float = 7.5, devices: int = 64,
+                 stage: int = 2, precision: str = next(iter(PRECISIONS)),
+                 accelerator_gb: float = 80) -> Live:
+    """Model size, devices, stage and precision → memory per device by category against an
+    accelerator's memory, the communication per step, and whether it fits."""
+    style = {"description_width": "initial"}
+    controls = {
+        "model": widgets.Dropdown(options=[*zero.MODELS, "custom"], value=model,
+                                  description="model", style=style),
+        "billions": widgets.BoundedFloatText(value=billions, min=0.001, max=10000,
+                                             description="custom size (billions)", style=style),
+        "devices": widgets.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+                                    value=devices, description="devices N", style=style),
+        "stage": widgets.IntSlider(value=stage, min=0, max=3, description="ZeRO stage",
+                                   style=style),
+        "precision": widgets.Dropdown(options=list(PRECISIONS), value=precision,
+                                      description="precision", style=style),
+        "accelerator_gb": widgets.Dropdown(options=[16, 24, 40, 80, 96, 141], value=accelerator_gb,
+                                           description="accelerator GB", style=style),
+    }
+    return live(controls, render_zero)

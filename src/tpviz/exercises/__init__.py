@@ -26,10 +26,35 @@ from tpviz.exercises.pipeline import (
     check_one_f_one_b,
     check_weight_versions,
 )
+from tpviz.exercises.zero import (
+    check_fewest_devices,
+    check_grad_reduce_scatter,
+    check_zero_memory,
+)
 
-__all__ = ["ExerciseFailed", "NotAttempted", "Wrong", "check_all_gather_bytes", "check_all_reduces",
-           "check_balance", "check_bubble", "check_bytes_per_device", "check_cases",
-           "check_column_parallel", "check_conjugates", "check_holders", "check_microbatches",
-           "check_one_f_one_b", "check_reduce_scatter", "check_row_parallel",
-           "check_rows_over_mesh", "check_total", "check_weight_bytes", "check_weight_versions",
-           "checker"]
+__all__ = [
+    "ExerciseFailed",
+    "NotAttempted",
+    "Wrong",
+    "check_all_gather_bytes",
+    "check_all_reduces",
+    "check_balance",
+    "check_bubble",
+    "check_bytes_per_device",
+    "check_cases",
+    "check_column_parallel",
+    "check_conjugates",
+    "check_fewest_devices",
+    "check_grad_reduce_scatter",
+    "check_holders",
+    "check_microbatches",
+    "check_one_f_one_b",
+    "check_reduce_scatter",
+    "check_row_parallel",
+    "check_rows_over_mesh",
+    "check_total",
+    "check_weight_bytes",
+    "check_weight_versions",
+    "check_zero_memory",
+    "checker",
+]

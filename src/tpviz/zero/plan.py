@@ -1,0 +1,87 @@
+"""Memory and communication of ZeRO stages 0-3 per device (plan level: numbers, no devices).
+
+With mixed-precision Adam each parameter costs 2 bytes of bf16/fp16 weights, 2 of gradients and
+12 of optimizer state (fp32 master weights, momentum and variance): 16 bytes on every device in
+plain data parallelism (stage 0). Stage 1 partitions the optimizer state over the N devices,
+stage 2 also the gradients, stage 3 also the parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tpviz.errors import TpvizError
+
+STAGES = (0, 1, 2, 3)
+# parameter counts of well-known models (GPT-2 small and XL; GPT-3 sizes; the ZeRO paper's 7.5B)
+MODELS = {"GPT-2 (124M)": 124e6, "GPT-2 XL (1.5B)": 1.5e9, "7.5B (ZeRO paper)": 7.5e9,
+          "GPT-3 13B": 13e9, "GPT-3 175B": 175e9}
+
+
+class ZeroError(TpvizError, ValueError):
+    """A stage outside 0-3 or a non-positive size."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per device, by category."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+
+def _validate(params, devices, stage, **sizes) -> None:
+    if stage not in STAGES:
+        raise ZeroError(f"stage must be 0, 1, 2 or 3 (0 = plain data parallelism), got {stage!r}.")
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise ZeroError(f"devices must be a positive integer, got {devices!r}.")
+    for name, value in {"params": params, **sizes}.items():
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+            raise ZeroError(f"{name} must be a positive number, got {value!r}.")
+
+
+def memory(params: float, devices: int, stage: int, *, param_bytes: float = 2,
+           grad_bytes: float = 2, optimizer_bytes: float = 12) -> Memory:
+    """Per-device bytes of parameters, gradients and optimizer state at a ZeRO stage.
+
+    Stage 0: (2 + 2 + 12) Ψ; stage 1: 2Ψ + 2Ψ + 12Ψ/N; stage 2: 2Ψ + (2 + 12)Ψ/N;
+    stage 3: (2 + 2 + 12)Ψ/N (with the default byte counts).
+
+    Raises:
+        ZeroError: a stage outside 0-3 or a non-positive size.
+    """
+    _validate(params, devices, stage, param_bytes=param_bytes, grad_bytes=grad_bytes,
+              optimizer_bytes=optimizer_bytes)
+    n = devices
+    return Memory(params * param_bytes / (n if stage >= 3 else 1),
+                  params * grad_bytes / (n if stage >= 2 else 1),
+                  params * optimizer_bytes / (n if stage >= 1 else 1))
+
+
+def communication(params: float, devices: int, stage: int, *, param_bytes: float = 2) -> float:
+    """Bytes each device sends per training step with ring collectives.
+
+    Stages 0-2: an all-reduce of the gradients, or equally a reduce-scatter of the gradients and
+    an all-gather of the updated parameters: 2 (N-1)/N Ψ bytes. Stage 3 gathers the parameters
+    twice (forward and backward) and reduce-scatters the gradients: 3 (N-1)/N Ψ bytes.
+    """
+    _validate(params, devices, stage, param_bytes=param_bytes)
+    n = devices
+    return (3 if stage == 3 else 2) * (n - 1) / n * params * param_bytes
+
+
+def smallest_devices(params: float, stage: int, capacity: float, **sizes) -> int | None:
+    """The fewest devices on which the model's training state fits in ``capacity`` bytes each
+    (None if no device count is enough: stages 0-2 keep some state whole on every device)."""
+    whole = memory(params, 1, stage, **sizes)
+    fixed = {0: whole.total, 1: whole.params + whole.grads, 2: whole.params, 3: 0.0}[stage]
+    if fixed >= capacity:
+        return None
+    split = whole.total - fixed
+    return max(1, math.ceil(split / (capacity - fixed) - 1e-12))
