@@ -50,7 +50,15 @@ def median_s(fn, repeats: int) -> float:
 
 def time_redraws() -> list[tuple[str, float, float]]:
     import tpviz
-    from tpviz.explore import png, render_layout, render_matmul
+    from tpviz.explore import (
+        PRECISIONS,
+        png,
+        render_layout,
+        render_matmul,
+        render_megatron,
+        render_pipeline,
+        render_zero,
+    )
 
     tpviz.setup_devices(8, verbose=False)
     matmul_args = ("X=2, Y=4", "X[B_X, D_Y]", "W[D_Y, F]", 1024, 4096, 4096, "TPU v5e (ICI)", True)
@@ -65,6 +73,21 @@ def time_redraws() -> list[tuple[str, float, float]]:
     rows += [(f"explore_layout redraw {s[0]} {s[1]} (ms)",
               1000 * median_s(lambda s=s: png(render_layout(*s)), 5), REDRAW_BUDGET_MS)
              for s in layouts]
+    # the largest settings the widgets offer (pipeline: p <= 16, m <= 64), and the defaults
+    others = {"explore_pipeline": (render_pipeline, [("1f1b", 4, 8, 2, 2.0),
+                                                     ("interleaved", 16, 64, 4, 2.0),
+                                                     ("zb-h1", 16, 64, 1, 2.0)]),
+              "explore_megatron": (render_megatron, [(4, 1024, 4, 16, 2048, "bf16"),
+                                                     (16, 12288, 8, 96, 8192, "bf16")]),
+              "explore_zero": (render_zero, [("7.5B (ZeRO paper)", 7.5, 64, 2,
+                                              next(iter(PRECISIONS)), 80),
+                                             ("custom", 70.0, 1024, 3, "fp32 Adam (4 + 4 + 8)",
+                                              141)])}
+    for name, (render, settings) in others.items():
+        png(render(*settings[0]))  # warm-up
+        rows += [(f"{name} redraw {s[:3]} (ms)",
+                  1000 * median_s(lambda r=render, s=s: png(r(*s)), 5), REDRAW_BUDGET_MS)
+                 for s in settings]
     return rows
 
 

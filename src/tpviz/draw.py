@@ -40,8 +40,9 @@ def _device_label(devices: Sequence[int]) -> str:
 
 
 def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...], Sequence[int]]],
-                  title: str = "", ax=None) -> Figure:
-    """Draw a 1D or 2D array as blocks; ``blocks`` is a list of (slices, device ids)."""
+                  title: str = "", ax=None, labels: bool = True) -> Figure:
+    """Draw a 1D or 2D array as blocks; ``blocks`` is a list of (slices, device ids);
+    ``labels=False`` leaves out the device names (faster for many blocks)."""
     shape = tuple(shape)
     if len(shape) not in (1, 2):
         raise ShardingError(
@@ -61,8 +62,9 @@ def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...]
         ax.add_patch(plt.Rectangle((cs.start, rs.start), cs.stop - cs.start, rs.stop - rs.start,
                                    facecolor=colour, edgecolor="white", linewidth=2))
         size = 9 if len(blocks) <= 8 else 7
-        ax.text((cs.start + cs.stop) / 2, (rs.start + rs.stop) / 2, _device_label(devices),
-                ha="center", va="center", fontsize=size, color=_text_colour(colour))
+        if labels:
+            ax.text((cs.start + cs.stop) / 2, (rs.start + rs.stop) / 2, _device_label(devices),
+                    ha="center", va="center", fontsize=size, color=_text_colour(colour))
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
     ax.set_xticks([0, cols])
@@ -189,7 +191,8 @@ def megatron_mlp(p, footer: str = "") -> Figure:
         fig.text(0.01, 0.01, footer, fontsize=9)
     for ax, (title, shape, spec) in zip(axes, arrays, strict=True):
         bs = layout.blocks(shape, spec, mesh)
-        blocks_figure(shape, [(b.slices, b.devices) for b in bs], title, ax=ax)
+        blocks_figure(shape, [(b.slices, b.devices) for b in bs], title, ax=ax,
+                      labels=n <= 8 or len(bs) == 1)  # beyond 8, colour alone (text is slow)
     size = layout.dtype_size(p.dtype)
     fig.suptitle(
         f"{n} devices, {p.tokens:,} tokens, H = {h:,}, F = {f:,} ({p.dtype}): each device holds "

@@ -76,7 +76,8 @@ class Model:
         return jnp.mean((h - target) ** 2)
 
 
-def _adam(p, g, m, v, t):
+def adam(p, g, m, v, t):
+    """One Adam update (learning rate LR, betas B1 and B2) of parameters p with gradient g."""
     m = B1 * m + (1 - B1) * g
     v = B2 * v + (1 - B2) * g * g
     m_hat, v_hat = m / (1 - B1**t), v / (1 - B2**t)
@@ -109,18 +110,18 @@ def step_fn(model: Model, mesh, stage: int):
             again = params + 0.0 * jax.lax.stop_gradient(loss)
             full = jax.grad(model.loss)(jax.lax.all_gather(again, AXIS, tiled=True), x, target)
             g = jax.lax.psum_scatter(full, AXIS, tiled=True) / n  # my 1/N of the mean gradient
-            p, m, v = _adam(params, g, m, v, t)
+            p, m, v = adam(params, g, m, v, t)
             return p, g, m, v, loss[None]
         loss, g = jax.value_and_grad(model.loss)(params, x, target)  # this device's batch
         if stage == 0:
             g = jax.lax.psum(g, AXIS) / n  # all-reduce: every device the mean gradient
-            p, m, v = _adam(params, g, m, v, t)
+            p, m, v = adam(params, g, m, v, t)
             return p, g, m, v, loss[None]
         shard = jax.lax.psum_scatter(g, AXIS, tiled=True) / n  # reduce-scatter: my 1/N, summed
         index = jax.lax.axis_index(AXIS)
         size = params.shape[0] // n
         mine = jax.lax.dynamic_slice_in_dim(params, index * size, size)
-        mine, m, v = _adam(mine, shard, m, v, t)
+        mine, m, v = adam(mine, shard, m, v, t)
         p = jax.lax.all_gather(mine, AXIS, tiled=True)  # all-gather the updated parameters
         return p, (g if stage == 1 else shard), m, v, loss[None]  # stage 1 keeps the whole
         # local gradient; loss: each device's loss on its batch (no communication)
@@ -146,7 +147,7 @@ def reference(model: Model, x, target, steps: int, seed: int = 0) -> np.ndarray:
     m = v = jnp.zeros_like(p)
     grad = jax.jit(jax.grad(model.loss))
     for t in range(1, steps + 1):
-        p, m, v = _adam(p, grad(p, x, target), m, v, t)
+        p, m, v = adam(p, grad(p, x, target), m, v, t)
     return np.asarray(p)
 
 
