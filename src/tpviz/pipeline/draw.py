@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from tpviz.draw import _text_colour, palette
-from tpviz.pipeline.simulate import Timeline
+from tpviz.pipeline.simulate import Timeline, releasing_kind
 
 IDLE = "#e6e6e6"
 LABEL_UP_TO, RASTER_ABOVE = 400, 1500
@@ -100,8 +100,7 @@ def _raster(ax, t: Timeline, shades: dict, width: int = 1600) -> None:
 def held_over_time(t: Timeline, device: int) -> tuple[np.ndarray, np.ndarray]:
     """(times, microbatches held) as a step function: +1 when an F starts, -1 when the op that
     releases the activations (B, or W when split) ends."""
-    split = any(op.kind == "W" for op in t.schedule.ops[device])
-    release = "W" if split else "B"
+    release = releasing_kind(any(op.kind == "W" for op in t.schedule.ops[device]))
     events = sorted([(a, 1) for op, a, _ in t.spans(device) if op.kind == "F"]
                     + [(b, -1) for op, _, b in t.spans(device) if op.kind == release])
     times = np.array([0.0] + [e[0] for e in events] + [t.makespan])

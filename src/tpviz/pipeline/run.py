@@ -60,7 +60,6 @@ class Result:
     grads: list[tuple[jax.Array, jax.Array]]  # per chunk, on its device
     peak_held_bytes: tuple[int, ...]  # per device: most bytes of saved activations at once
     microbatch_bytes: tuple[int, ...]  # per chunk: bytes one microbatch's saved arrays take
-    order: list  # (device, op) in the order they ran
 
 
 def run(sched: Schedule, params, x, target, devices) -> Result:
@@ -128,7 +127,7 @@ def run(sched: Schedule, params, x, target, devices) -> Result:
             h, dz = saved[mb, s]
             _accumulate(grads, s, layer_backward_weights(h, dz))
             _release(saved, held, d, mb, s, mb_bytes)
-    return Result(float(loss), grads, tuple(peak), tuple(mb_bytes), [(d, op) for _, d, op in order])
+    return Result(float(loss), grads, tuple(peak), tuple(mb_bytes))
 
 
 def _accumulate(grads: list, s: int, g: tuple) -> None:

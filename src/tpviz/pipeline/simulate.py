@@ -107,10 +107,15 @@ def _simulate(sched: Schedule, forward: float, backward: float, p2p: float) -> T
                     1 - busy / (p * makespan), tuple(_peak(ops, split) for ops in sched.ops))
 
 
+def releasing_kind(split: bool) -> str:
+    """The op after which a microbatch's saved activations are freed: its B, or its W when the
+    weight gradient is split off (W needs the layer's input)."""
+    return "W" if split else "B"
+
+
 def _peak(ops, split: bool) -> int:
-    """Most microbatches whose activations a device holds: +1 at F, -1 when the last op that
-    needs them ends (B; W when the weight gradient is split off, as W needs the layer's input)."""
-    release = "W" if split else "B"
+    """Most microbatches whose activations a device holds: +1 at F, -1 at the releasing op."""
+    release = releasing_kind(split)
     held = peak = 0
     for op in ops:
         if op.kind == "F":
