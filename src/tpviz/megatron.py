@@ -145,6 +145,12 @@ class Plan:
         return count * 2 * (n - 1) / n * self.all_reduce_bytes
 
 
+def _shapes(hidden: int, ffn: int) -> dict[str, tuple[int, int]]:
+    """Full shapes of a block's weights: attention projections, then the MLP's A and B."""
+    return {"wq": (hidden, hidden), "wk": (hidden, hidden), "wv": (hidden, hidden),
+            "wo": (hidden, hidden), "a": (hidden, ffn), "b": (ffn, hidden)}
+
+
 def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: int,
          dtype="bf16") -> Plan:
     """Per-device shapes and bytes of a Megatron block split over ``devices``.
@@ -167,10 +173,9 @@ def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: int,
         raise ShardingError(f"the feed-forward width {ffn} is not divisible by {devices} devices; "
                             "A is split by columns and B by rows over the devices.")
     size = layout.dtype_size(dtype)
-    full = {"wq": (hidden, hidden), "wk": (hidden, hidden), "wv": (hidden, hidden),
-            "wo": (hidden, hidden), "a": (hidden, ffn), "b": (ffn, hidden)}
     mesh = {AXIS: devices}
-    weights = {k: (s, layout.shard_shape(s, BLOCK_SPECS[k], mesh)) for k, s in full.items()}
+    weights = {k: (s, layout.shard_shape(s, BLOCK_SPECS[k], mesh))
+               for k, s in _shapes(hidden, ffn).items()}
     total = sum(math.prod(s) for s, _ in weights.values()) * size
     per = sum(math.prod(s) for _, s in weights.values()) * size
     return Plan(tokens, hidden, ffn, heads, devices, str(layout.dtype_of(dtype)), weights, total,
@@ -182,10 +187,8 @@ def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: int,
 def init(hidden: int, ffn: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Full (unsharded) float32 weights of a block."""
     rng = np.random.default_rng(seed)
-    shapes = {"wq": (hidden, hidden), "wk": (hidden, hidden), "wv": (hidden, hidden),
-              "wo": (hidden, hidden), "a": (hidden, ffn), "b": (ffn, hidden)}
     return {k: (rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)
-            for k, s in shapes.items()}
+            for k, s in _shapes(hidden, ffn).items()}
 
 
 def _mse(y, target):

@@ -91,6 +91,16 @@ def expect_array(value, expected, *, what: str = "your result", rtol: float = 1e
                     f"it is {got[worst]}, expected {expected[worst]}.", hint)
 
 
+def mesh_1d(devices: int, axis: str):
+    """A mesh of the first ``devices`` devices along one axis; too few devices raise
+    :class:`tpviz.errors.ShardingError` saying to call ``tpviz.setup_devices``."""
+    import jax
+
+    from tpviz.devices import make_mesh
+
+    return make_mesh((devices,), (axis,), devices=jax.devices()[:devices])
+
+
 def checker(title: str) -> Callable:
     """Decorate a checker body: report ✓, ✗ (raising :class:`ExerciseFailed`) or not attempted."""
 

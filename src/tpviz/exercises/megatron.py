@@ -8,20 +8,17 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from tpviz import hlo
-from tpviz.errors import DeviceSetupError
-from tpviz.exercises._framework import Wrong, call, checker, expect_array, expect_number
+from tpviz.exercises._framework import (
+    Wrong,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    mesh_1d,
+)
 
 AXIS = "model"
 DEVICES = 4
-
-
-def _mesh():
-    from tpviz.devices import make_mesh
-
-    if len(jax.devices()) < DEVICES:
-        raise DeviceSetupError(f"this exercise needs {DEVICES} devices; run "
-                               f"tpviz.setup_devices(8) in a fresh kernel.")
-    return make_mesh((DEVICES,), (AXIS,), devices=jax.devices()[:DEVICES])
 
 
 def _data(seed: int = 0):
@@ -42,7 +39,7 @@ def check_conjugates(f, g) -> str:
     """``f(x)`` and ``g(x)`` for the mesh axis "model", used in a Megatron MLP whose loss and
     gradients are computed per device inside ``shard_map(check_vma=False)``."""
     x, target, a, b = _data()
-    mesh = _mesh()
+    mesh = mesh_1d(DEVICES, AXIS)
 
     def per_device(x, target, a, b):
         return jax.value_and_grad(_loss, argnums=(0, 2, 3))(x, target, a, b, f, g)
@@ -75,8 +72,9 @@ def check_row_parallel(fn) -> str:
     """``fn(h_block, w_block)`` per device: h[T, F/N] @ w[F/N, H], summed over the devices."""
     x, _, a, b = _data(1)
     h = np.asarray(jax.nn.gelu(x @ a))
-    program = jax.shard_map(fn, mesh=_mesh(), in_specs=(P(None, AXIS), P(AXIS, None)),
-                            out_specs=P(), check_vma=False)
+    program = jax.shard_map(fn, mesh=mesh_1d(DEVICES, AXIS),
+                            in_specs=(P(None, AXIS), P(AXIS, None)), out_specs=P(),
+                            check_vma=False)
     hint = "Multiply the local blocks, then add the partial sums: jax.lax.psum(..., 'model')."
     y = call(program, h, b, what="your row-parallel layer")
     if y.shape == (8, 16) and np.allclose(y, h[:, :8] @ b[:8], rtol=1e-4, atol=1e-5):

@@ -7,8 +7,14 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from tpviz import hlo, zero
-from tpviz.errors import DeviceSetupError
-from tpviz.exercises._framework import Wrong, call, checker, expect_array, expect_number
+from tpviz.exercises._framework import (
+    Wrong,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    mesh_1d,
+)
 
 
 @checker("Memory per device under ZeRO")
@@ -49,12 +55,7 @@ def check_fewest_devices(answer) -> str:
 def check_grad_reduce_scatter(fn) -> str:
     """``fn(g)`` per device, inside shard_map over the 8-device axis "data": from this device's
     whole gradient vector, return its 1/8 slice of the mean gradient over the devices."""
-    if len(jax.devices()) < 8:
-        raise DeviceSetupError("this exercise needs 8 devices; run tpviz.setup_devices(8) in a "
-                               "fresh kernel.")
-    from tpviz.devices import make_mesh
-
-    mesh = make_mesh((8,), ("data",), devices=jax.devices()[:8])
+    mesh = mesh_1d(8, "data")
     grads = np.random.default_rng(0).standard_normal((8, 64), dtype=np.float32)  # row d: device d
     program = jax.shard_map(lambda g: fn(g[0]), mesh=mesh, in_specs=P("data"),
                             out_specs=P("data"), check_vma=False)

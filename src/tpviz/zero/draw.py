@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from tpviz.draw import OKABE_ITO, palette
 from tpviz.zero.plan import communication, memory
@@ -47,8 +48,6 @@ def partitions(devices: int = 4) -> Figure:
 
 
 def _rect(x, y, w, colour):
-    from matplotlib.patches import Rectangle
-
     return Rectangle((x, y + 0.12), w, 0.76, facecolor=colour, edgecolor="none")
 
 
