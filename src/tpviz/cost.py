@@ -19,12 +19,16 @@ class System:
         flops: peak dense bf16 FLOP/s of one device.
         bandwidth: bytes/s one device sends (and receives) in a collective over one mesh axis.
         source: where the numbers come from (a key of ``references.bib``).
+        node: devices that share the fast link (0: all of them, as on a TPU pod's ICI).
+        between_nodes: bytes/s one device sends to other nodes (used when ``node`` is set).
     """
 
     name: str
     flops: float
     bandwidth: float
     source: str
+    node: int = 0
+    between_nodes: float = 0.0
 
 
 SYSTEMS = {
@@ -35,6 +39,11 @@ SYSTEMS = {
     "H100 (NVLink)": System("H100 (NVLink)", 9.89e14, 4.5e11, "nvidia2023h100"),
     # the same GPU in a box whose only link is PCIe 4.0 x16: 16 GT/s x 16 lanes ≈ 31.5 GB/s
     "H100 (PCIe 4.0 x16)": System("H100 (PCIe 4.0 x16)", 9.89e14, 3.15e10, "pcisig2017pcie4"),
+    # a cluster of 8-GPU H100 nodes: NVLink inside a node, one 400 Gb/s InfiniBand NIC per GPU
+    # (50 GB/s each way) between nodes; the Scaling Book's GPU chapter
+    "H100 cluster (NVLink + InfiniBand)": System("H100 cluster (NVLink + InfiniBand)", 9.89e14,
+                                                 4.5e11, "austin2025scaling", node=8,
+                                                 between_nodes=5.0e10),
 }
 
 

@@ -6,12 +6,16 @@ extracts the same information from a real ``jax.Array`` and draws it the same wa
 
 from __future__ import annotations
 
+import base64
+import io
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 from jax.sharding import PartitionSpec as P
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from PIL import Image
 
 from tpviz import cost, layout
 from tpviz.errors import ShardingError
@@ -115,6 +119,31 @@ def array(x, *, name: str = "A", ax=None) -> Figure:
     return blocks_figure(x.shape, blocks, title, ax=ax)
 
 
+class Animation:
+    """An animated GIF; shows itself as an ``<img>`` in notebooks and in the static book."""
+
+    def __init__(self, gif: bytes, alt: str):
+        self.gif, self.alt = gif, alt
+
+    def _repr_html_(self) -> str:
+        data = base64.b64encode(self.gif).decode()
+        return f'<img src="data:image/gif;base64,{data}" alt="{self.alt}"/>'
+
+
+def frame(canvas: FigureCanvasAgg) -> Image.Image:
+    """The figure on ``canvas`` as an RGB image (draws it first)."""
+    canvas.draw()
+    return Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB")
+
+
+def gif(images: Sequence[Image.Image], alt: str, ms_per_frame: int = 250) -> Animation:
+    """An :class:`Animation` that shows ``images`` in turn, forever."""
+    buf = io.BytesIO()
+    images[0].save(buf, format="gif", save_all=True, append_images=list(images[1:]),
+                   duration=ms_per_frame, loop=0)
+    return Animation(buf.getvalue(), alt)
+
+
 def _show_figures_in_notebooks() -> None:
     """Let a notebook show a returned Figure (ours live outside pyplot, so no backend shows them).
 
@@ -135,8 +164,6 @@ def _show_figures_in_notebooks() -> None:
 
 
 def _png(fig: Figure) -> bytes:
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)  # layouts are fixed or constrained: no "tight" pass
     return buf.getvalue()

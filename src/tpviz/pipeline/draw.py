@@ -6,17 +6,13 @@ background.
 
 from __future__ import annotations
 
-import base64
-import io
-
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
-from PIL import Image
 
-from tpviz.draw import _text_colour, palette
+from tpviz.draw import Animation, _text_colour, frame, gif, palette
 from tpviz.pipeline.simulate import Timeline, releasing_kind
 
 IDLE = "#e6e6e6"
@@ -128,17 +124,6 @@ def memory(t: Timeline, ax=None) -> Figure:
     return ax.figure
 
 
-class Animation:
-    """An animated GIF; shows itself as an ``<img>`` in notebooks and in the static book."""
-
-    def __init__(self, gif: bytes, alt: str):
-        self.gif, self.alt = gif, alt
-
-    def _repr_html_(self) -> str:
-        data = base64.b64encode(self.gif).decode()
-        return f'<img src="data:image/gif;base64,{data}" alt="{self.alt}"/>'
-
-
 def animate(t: Timeline, frames: int = 24, ms_per_frame: int = 250) -> Animation:
     """The Gantt chart revealed over time: a cursor sweeps left to right, hiding the future."""
     fig = gantt(t)
@@ -150,10 +135,6 @@ def animate(t: Timeline, frames: int = 24, ms_per_frame: int = 250) -> Animation
     for now in np.linspace(0, t.makespan, frames):
         curtain.set_x(now)
         cursor.set_xdata([now, now])
-        canvas.draw()
-        images.append(Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB"))
+        images.append(frame(canvas))
     images += [images[-1]] * 6  # rest on the finished chart
-    buf = io.BytesIO()
-    images[0].save(buf, format="gif", save_all=True, append_images=images[1:],
-                   duration=ms_per_frame, loop=0)
-    return Animation(buf.getvalue(), f"Animated Gantt chart of the {t.schedule.name} schedule")
+    return gif(images, f"Animated Gantt chart of the {t.schedule.name} schedule", ms_per_frame)
