@@ -13,12 +13,13 @@ from collections.abc import Callable
 import ipywidgets as widgets
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
-from IPython.display import Image, display
+from IPython.display import HTML, Image, display
 from matplotlib.figure import Figure
 
-from tpviz import cost, draw, hlo, layout, matmul, megatron, pipeline, zero
+from tpviz import cost, draw, hlo, layout, matmul, megatron, mesh2d, pipeline, zero
 from tpviz.devices import make_mesh
 from tpviz.errors import TpvizError
+from tpviz.mesh2d import draw as mesh2d_draw
 from tpviz.pipeline import draw as pipeline_draw
 from tpviz.zero import draw as zero_draw
 
@@ -37,25 +38,41 @@ class Live:
     """A widget plus a static figure of its default state, chosen by the front end.
 
     The MIME bundle carries both: front ends that run widgets (Jupyter, Colab) show the widget;
-    the book is configured to drop the widget view, and shows the figure and a note instead.
+    the book is configured to drop the widget view, and shows the figure (after ``html``, a table
+    the figure goes with, if any) and a note instead.
     """
 
-    def __init__(self, widget: widgets.Widget, static: bytes, note: str = STATIC_NOTE):
-        self.widget, self.static, self.note = widget, static, note
+    def __init__(self, widget: widgets.Widget, static: bytes, note: str = STATIC_NOTE,
+                 html: str = ""):
+        self.widget, self.static, self.note, self.html = widget, static, note, html
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = self.widget._repr_mimebundle_()
         data = base64.b64encode(self.static).decode()
-        bundle["text/html"] = (f'<figure><img src="data:image/png;base64,{data}" '
+        bundle["text/html"] = (f'{self.html}<figure><img src="data:image/png;base64,{data}" '
                                f'alt="{self.note}"/><figcaption><em>{self.note}</em>'
                                "</figcaption></figure>")
         bundle["text/plain"] = self.note
         return bundle
 
 
-def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Figure | str]) -> Live:
-    """Wire ``controls`` to ``render(**values)`` (a figure, or a message for bad settings)."""
+Rendered = Figure | str | tuple[str, Figure]
+
+
+def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendered]) -> Live:
+    """Wire ``controls`` to ``render(**values)``: a figure, ``(html, figure)`` (a table shown
+    above the figure: HTML costs the redraw nothing), or a message for bad settings."""
     out = widgets.Output()
+
+    def show(result: Rendered) -> None:
+        if isinstance(result, tuple):
+            display(HTML(result[0]))
+            result = result[1]
+        if isinstance(result, Figure):
+            display(result)
+            plt.close(result)
+        else:
+            print(result)
 
     def redraw(_=None):
         values = {k: w.value for k, w in controls.items()}
@@ -65,20 +82,20 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Figure 
                 result = render(**values)
             except TpvizError as e:  # bad settings: say why, keep the controls alive
                 result = f"⚠ {e}"
-            if isinstance(result, Figure):
-                display(result)
-                plt.close(result)
-            else:
-                print(result)
+            show(result)
 
     for w in controls.values():
         w.observe(redraw, names="value")
-    static = png(render(**{k: w.value for k, w in controls.items()}))
+    first = render(**{k: w.value for k, w in controls.items()})
+    html, fig = first if isinstance(first, tuple) else ("", first)
+    static = png(fig)
     with out:
+        if html:
+            display(HTML(html))
         display(Image(static))
     rows = [list(controls.values())[i:i + 3] for i in range(0, len(controls), 3)]
     box = widgets.VBox([*(widgets.HBox(r) for r in rows), out])
-    return Live(box, static)
+    return Live(box, static, html=html)
 
 
 MESHES = {"X=8": {"X": 8}, "X=2, Y=4": {"X": 2, "Y": 4}, "X=4, Y=2": {"X": 4, "Y": 2},
@@ -262,3 +279,56 @@ def explore_zero(model: str = "7.5B (ZeRO paper)", billions: float = 7.5, device
                                            description="accelerator GB", style=style),
     }
     return live(controls, render_zero)
+
+
+def render_mesh2d(devices: int, data: int, batch: int, h1: int, h2_ratio: int, system: str,
+                  dtype: str) -> tuple[str, Figure]:
+    """What ``explore_mesh2d`` shows: the step table of the chosen mesh (HTML), then a figure of
+    memory and bytes per step beside data parallelism, 1D Megatron and the best mesh shape."""
+    if devices % data:
+        raise TpvizError(f"data = {data} does not divide {devices} devices; the model axis gets "
+                         "devices / data of them. Choose a divisor.")
+    h2 = h2_ratio * h1
+    p = mesh2d.plan(batch, h1, h2, (data, devices // data), dtype)
+    sys = cost.SYSTEMS[system]
+    t = mesh2d.step_time(p, sys)
+    best = mesh2d.best_mesh(batch, h1, h2, devices, sys, dtype)
+    schemes = [s for s in mesh2d.compare(batch, h1, h2, devices, dtype)
+               if s.name in ("data parallel", "1D Megatron") or s.mesh in (p.shape, best)]
+    height = 1.6 + 0.36 * len(schemes)
+    fig = Figure(figsize=(10, height))
+    left, right = fig.subplots(1, 2, sharey=True)
+    fig.subplots_adjust(left=0.14, right=0.98, top=1 - 0.9 / height, bottom=0.45 / height,
+                        wspace=0.05)
+    mesh2d_draw.comparison(schemes, axes=(left, right), chosen=f"2D {data}×{devices // data}")
+    fig.suptitle(f"{system}, data={data} × model={devices // data}: compute "
+                 f"{t.compute_s * 1e3:,.2f} ms, communication {t.comm_s * 1e3:,.2f} ms per "
+                 f"training step → {t.bound}-bound\nleast communication: data={best[0]} × "
+                 f"model={best[1]}; below: data parallel, 1D Megatron, this mesh and the best",
+                 fontsize=9, x=0.01, y=0.995, ha="left", va="top")
+    return p._repr_html_(), fig
+
+
+def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 2048, h1: int = 1024,
+                   h2_ratio: int = 4, system: str = "H100 cluster (NVLink + InfiniBand)",
+                   dtype: str = "bf16") -> Live:
+    """Mesh shape, batch and hidden sizes → the 2D MLP's step table, memory per device, bytes
+    per step, and the comparison with data parallelism and 1D tensor parallelism."""
+    style = {"description_width": "initial"}
+    controls = {
+        "devices": widgets.Dropdown(options=[8, 16, 32, 64, 256], value=devices,
+                                    description="devices N", style=style),
+        "data": widgets.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=data,
+                                 description="data axis d (model = N / d)", style=style),
+        "batch": widgets.SelectionSlider(options=[2**k for k in range(4, 21)], value=batch,
+                                         description="batch B (tokens)", style=style),
+        "h1": widgets.SelectionSlider(options=[256, 512, 1024, 2048, 4096, 8192, 16384], value=h1,
+                                      description="H₁ (model width)", style=style),
+        "h2_ratio": widgets.IntSlider(value=h2_ratio, min=1, max=8, description="H₂ / H₁",
+                                      style=style),
+        "system": widgets.Dropdown(options=list(cost.SYSTEMS), value=system,
+                                   description="system", style=style),
+        "dtype": widgets.Dropdown(options=["bf16", "float32"], value=dtype, description="dtype",
+                                  style=style),
+    }
+    return live(controls, render_mesh2d)

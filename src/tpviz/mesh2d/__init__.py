@@ -14,6 +14,7 @@ from tpviz.mesh2d.plan import (
     best_mesh,
     compare,
     data_parallel,
+    describe,
     megatron_1d,
     meshes,
     plan,
@@ -21,5 +22,5 @@ from tpviz.mesh2d.plan import (
     step_time,
 )
 
-__all__ = ["DATA", "MODEL", "SPECS", "Plan", "best_mesh", "compare", "data_parallel",
+__all__ = ["DATA", "MODEL", "SPECS", "Plan", "best_mesh", "compare", "data_parallel", "describe",
            "megatron_1d", "meshes", "plan", "smallest_batch_per_device", "step_time"]

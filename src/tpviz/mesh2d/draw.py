@@ -95,13 +95,17 @@ def animate(p: Plan, ms_per_frame: int = 1400) -> Animation:
                        f"model={p.mesh[MODEL]} mesh", ms_per_frame)
 
 
-def comparison(schemes: list[Scheme], title: str = "") -> Figure:
-    """Memory per device and bytes sent per device per training step, scheme by scheme."""
-    height = 1.2 + 0.4 * len(schemes)
-    fig = Figure(figsize=(10, height))
-    left, right = fig.subplots(1, 2, sharey=True)
-    fig.subplots_adjust(left=0.17, right=0.98, top=1 - 0.85 / height, bottom=0.45 / height,
-                        wspace=0.08)
+def comparison(schemes: list[Scheme], title: str = "", axes=None, chosen: str = "") -> Figure:
+    """Memory per device and bytes sent per device per training step, scheme by scheme (the
+    ``chosen`` one in bold); ``axes``: two axes to draw into."""
+    if axes is None:
+        height = 1.2 + 0.4 * len(schemes)
+        fig = Figure(figsize=(10, height))
+        axes = fig.subplots(1, 2, sharey=True)
+        fig.subplots_adjust(left=0.17, right=0.98, top=1 - 0.85 / height, bottom=0.45 / height,
+                            wspace=0.08)
+    left, right = axes
+    fig = left.figure
     names = [s.name for s in schemes]
     ys = range(len(schemes))
     mib = 2**20
@@ -118,11 +122,16 @@ def comparison(schemes: list[Scheme], title: str = "") -> Figure:
                left=[s.forward_sent / mib for s in schemes], color=OKABE_ITO[5], alpha=0.45,
                label="backward")
     left.set_yticks(list(ys), names, fontsize=8)
+    for label in left.get_yticklabels():
+        label.set_fontweight("bold" if label.get_text() == chosen else "normal")
     left.invert_yaxis()
     left.set_xlabel("MiB per device", fontsize=8)
     right.set_xlabel("MiB sent per device per training step (ring)", fontsize=8)
     for ax in (left, right):
         ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1), ncols=3, frameon=False)
         ax.tick_params(labelsize=8)
-    fig.suptitle(title, fontsize=9, x=0.01, y=0.995, ha="left", va="top")
+    if title:
+        fig.suptitle(title, fontsize=9, x=0.01, y=0.995, ha="left", va="top")
     return fig
+
+

@@ -20,6 +20,7 @@ reduce-scatters (W₂ and W₁ gradients along data, X's gradient along model). 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,6 +101,11 @@ class Plan:
     @property
     def devices(self) -> int:
         return self.mesh[DATA] * self.mesh[MODEL]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The mesh shape ``(data, model)``."""
+        return self.mesh[DATA], self.mesh[MODEL]
 
     @property
     def itemsize(self) -> int:
@@ -339,10 +345,8 @@ def compare(batch: int, h1: int, h2: int, devices: int = 8, dtype="float32") -> 
     """Data parallelism, 1D Megatron and every 2D mesh shape that fits, on the same devices."""
     found = []
     for make in (data_parallel, megatron_1d):
-        try:
+        with contextlib.suppress(ShardingError):  # it cannot split these sizes so many ways
             found.append(make(batch, h1, h2, devices, dtype))
-        except ShardingError:
-            pass  # this scheme cannot split these sizes over so many devices
     found += [mesh_2d(batch, h1, h2, s, dtype) for s in meshes(batch, h1, h2, devices)]
     if not found:
         raise ShardingError(f"no way to split B = {batch}, H₁ = {h1}, H₂ = {h2} over {devices} "
