@@ -287,3 +287,64 @@ def test_grad_reduce_scatter(capsys):
     fails(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum_scatter(g, "data", tiled=True),
           words="sum over the devices")
     fails(ex.check_grad_reduce_scatter, lambda g: g[:8], words="wrong values")
+
+
+MESH2D_ANSWER = {"x_gathered": (P("data", None), (4, 8)), "w1_gathered": (P(None, "model"), (8, 16)),
+                 "h": (P("data", "model"), (4, 16)), "w2_gathered": (P("model", None), (16, 8)),
+                 "y_partial": (P("data", None), (4, 8)), "y": (P("data", "model"), (4, 4))}
+
+
+def test_step_shardings(capsys):
+    passes(ex.check_step_shardings, MESH2D_ANSWER, capsys=capsys)
+    passes(ex.check_step_shardings, {**MESH2D_ANSWER, "x_gathered": (("data",), (4, 8))},
+           capsys=capsys)  # a tuple for the spec, trailing None left out
+    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "h": (P("model", "data"), (4, 16))},
+          words="swapped")
+    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "w1_gathered": (P("data", "model"), (2, 16))},
+          words="sharding of w1_gathered")
+    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "y": (P("data", "model"), (4, 8))},
+          words="per-device shape of y")
+    fails(ex.check_step_shardings, {"y": MESH2D_ANSWER["y"]}, words="missing: x_gathered")
+    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "h": "data, model"}, words="pair")
+    ex.check_step_shardings({k: ... for k in MESH2D_ANSWER})
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_best_mesh(capsys):
+    from tpviz import mesh2d
+
+    def right(batch, h1, h2, n):
+        return min(mesh2d.meshes(batch, h1, h2, n),
+                   key=lambda s: (s[1] - 1) / s[1] * batch / s[0] + (s[0] - 1) / s[0] * h2 / s[1])
+
+    passes(ex.check_best_mesh, right, capsys=capsys)
+    fails(ex.check_best_mesh, lambda b, h1, h2, n: (n, 1), words="another shape sends only")
+    fails(ex.check_best_mesh, lambda b, h1, h2, n: (1, n), words="another shape sends only")
+    fails(ex.check_best_mesh, lambda b, h1, h2, n: (4, 4), words="uses 16 devices, not 8")
+    fails(ex.check_best_mesh, lambda b, h1, h2, n: n, words="return a pair")
+    fails(ex.check_best_mesh, lambda b, h1, h2, n: 1 / 0, words="ZeroDivisionError")
+
+
+def test_final_reduce_scatter(capsys):
+    passes(ex.check_final_reduce_scatter,
+           lambda y: jax.lax.psum_scatter(y, "model", scatter_dimension=1, tiled=True),
+           capsys=capsys)
+    fails(ex.check_final_reduce_scatter, lambda y: jax.lax.psum(y, "model"), words="shape")
+    fails(ex.check_final_reduce_scatter,
+          lambda y: jax.lax.psum_scatter(y, "data", scatter_dimension=1, tiled=True),
+          words="raised|wrong values|shape")
+    fails(ex.check_final_reduce_scatter,
+          lambda y: jax.lax.psum_scatter(y, "model", scatter_dimension=0, tiled=True),
+          words="shape|wrong values")
+
+    def all_reduce_then_slice(y):
+        i = jax.lax.axis_index("model")
+        return jax.lax.dynamic_slice_in_dim(jax.lax.psum(y, "model"), i * 4, 4, axis=1)
+
+    fails(ex.check_final_reduce_scatter, all_reduce_then_slice, words="more bytes")
+
+    def stub(y):
+        raise NotImplementedError
+
+    ex.check_final_reduce_scatter(stub)
+    assert "not attempted" in capsys.readouterr().out

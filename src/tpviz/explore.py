@@ -309,7 +309,7 @@ def render_mesh2d(devices: int, data: int, batch: int, h1: int, h2_ratio: int, s
     return p._repr_html_(), fig
 
 
-def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 2048, h1: int = 1024,
+def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, h1: int = 4096,
                    h2_ratio: int = 4, system: str = "H100 cluster (NVLink + InfiniBand)",
                    dtype: str = "bf16") -> Live:
     """Mesh shape, batch and hidden sizes → the 2D MLP's step table, memory per device, bytes

@@ -19,6 +19,11 @@ from tpviz.exercises.megatron import (
     check_row_parallel,
     check_weight_bytes,
 )
+from tpviz.exercises.mesh2d import (
+    check_best_mesh,
+    check_final_reduce_scatter,
+    check_step_shardings,
+)
 from tpviz.exercises.pipeline import (
     check_balance,
     check_bubble,
@@ -39,12 +44,14 @@ __all__ = [
     "check_all_gather_bytes",
     "check_all_reduces",
     "check_balance",
+    "check_best_mesh",
     "check_bubble",
     "check_bytes_per_device",
     "check_cases",
     "check_column_parallel",
     "check_conjugates",
     "check_fewest_devices",
+    "check_final_reduce_scatter",
     "check_grad_reduce_scatter",
     "check_holders",
     "check_microbatches",
@@ -52,6 +59,7 @@ __all__ = [
     "check_reduce_scatter",
     "check_row_parallel",
     "check_rows_over_mesh",
+    "check_step_shardings",
     "check_total",
     "check_weight_bytes",
     "check_weight_versions",

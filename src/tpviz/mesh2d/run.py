@@ -101,10 +101,11 @@ def place(mesh, x, w1, w2):
                  for a, s in zip((x, w1, w2), IN_SPECS, strict=True))
 
 
-def measured_shapes(mesh, x, w1, w2) -> list[tuple[int, ...]]:
+def measured_shapes(mesh, x, w1, w2, final=reduce_scatter) -> list[tuple[int, ...]]:
     """The per-device shape of every array of the step table, read from the arrays' shards."""
-    outs = jax.shard_map(steps, mesh=mesh, in_specs=IN_SPECS, out_specs=(P(DATA, MODEL),) * 7)(
-        *place(mesh, x, w1, w2))
+    program = jax.shard_map(lambda *a: steps(*a, final), mesh=mesh, in_specs=IN_SPECS,
+                            out_specs=(P(DATA, MODEL),) * 7)
+    outs = program(*place(mesh, x, w1, w2))
     return [tuple(o.addressable_shards[0].data.shape) for o in outs]
 
 
@@ -143,8 +144,9 @@ def as_gspmd(predicted_rows, mesh_sizes: dict[str, int]):
                   for k, a, b in predicted_rows)
 
 
-def check(mesh, x, w1, w2, dy) -> Check:
+def check(mesh, x, w1, w2, dy, final=reduce_scatter) -> Check:
     """Run the 2D MLP by hand and by GSPMD (outputs and gradients); compare with one device.
+    ``final``: the hand-written last step (default: :func:`reduce_scatter`).
 
     Raises:
         AssertionError: a value differs from one device; the arrays' per-device shapes differ
@@ -158,7 +160,7 @@ def check(mesh, x, w1, w2, dy) -> Check:
     want = jax.jit(training(reference))(x, w1, w2, dy)
     progs = {}
     errors = []
-    for name, fn in (("forward", forward(mesh)), ("gspmd", gspmd_forward(mesh))):
+    for name, fn in (("forward", forward(mesh, final)), ("gspmd", gspmd_forward(mesh))):
         fwd = hlo.compile(fn, *args)
         train = hlo.compile(jax.jit(training(fn)), *args, dy_placed)
         got_y, got_grads = train(*args, dy_placed)
@@ -168,7 +170,7 @@ def check(mesh, x, w1, w2, dy) -> Check:
         progs[name] = (hlo.parse(fwd.as_text()), hlo.parse(train.as_text()))
     assert max(errors) < 1e-4, f"the 2D MLP differs from one device (relative {max(errors):.2e})"
 
-    shapes = measured_shapes(mesh, x, w1, w2)
+    shapes = measured_shapes(mesh, x, w1, w2, final)
     planned = [s.result.local for s in p.steps[1:]]
     assert shapes == planned, f"per-device shapes {shapes} differ from the plan's {planned}"
     (fwd, train), (gfwd, gtrain) = progs["forward"], progs["gspmd"]

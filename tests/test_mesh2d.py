@@ -1,0 +1,155 @@
+"""The 2D MLP: the step table's shapes and bytes from the formulas, real runs on every mesh shape
+of 8 devices checked against one device, the plan and the compiled collectives, and clear errors
+for meshes that don't fit."""
+
+import jax
+import numpy as np
+import pytest
+
+import tpviz
+from tpviz import cost, mesh2d
+from tpviz.errors import ShardingError
+from tpviz.mesh2d import draw, run
+from tpviz.mesh2d.plan import axis_bandwidth
+
+B, H1, H2 = 16, 8, 32
+
+
+def test_step_table_shapes_and_bytes_from_the_formulas():
+    p = mesh2d.plan(B, H1, H2, (4, 2), "float32")
+    d, m = 4, 2
+    local = [s.result.local for s in p.steps]
+    assert local == [(B // d, H1 // m), (B // d, H1), (H1, H2 // m), (B // d, H2 // m),
+                     (B // d, H2 // m), (H2 // m, H1), (B // d, H1), (B // d, H1 // m)]
+    assert [(s.op, s.axis) for s in p.steps if s.communicates] == [
+        ("all-gather", "model"), ("all-gather", "data"), ("all-gather", "data"),
+        ("reduce-scatter", "model")]
+    # the output is sharded exactly like the input
+    assert p.steps[-1].result.spec == p.steps[0].operands[0].spec
+    # ring bytes: all-gathers send (n-1)/n of their result, a reduce-scatter (n-1) x its result
+    assert p.sent(training=False) == (1 / 2 * B // d * H1 + 2 * 3 / 4 * H1 * H2 // m
+                                      + 1 * B // d * H1 // m) * 4
+    assert p.sent(training=True) == 2 * p.sent(training=False)  # backward mirrors forward
+    assert p.flops(training=False) == 2 * 2 * B * H1 * H2 // (d * m)
+
+
+def test_extreme_meshes_are_fsdp_and_megatron():
+    n, size = 8, 2
+    dp, mega = mesh2d.data_parallel(B, H1, H2, n, "bf16"), mesh2d.megatron_1d(B, H1, H2, n, "bf16")
+    fsdp = mesh2d.plan(B, H1, H2, (8, 1), "bf16")
+    tp = mesh2d.plan(B, H1, H2, (1, 8), "bf16")
+    # (8, 1) gathers weights and reduce-scatters gradients: as many bytes as DP's all-reduce
+    assert fsdp.sent() == pytest.approx(dp.step_sent) == 2 * 7 / 8 * 2 * H1 * H2 * size
+    # (1, 8): all-gather + reduce-scatter of the activations = Megatron's all-reduce
+    assert tp.sent() == pytest.approx(mega.step_sent) == 2 * 2 * 7 / 8 * B * H1 * size
+    assert fsdp.memory.weights == tp.memory.weights == dp.memory.weights // n
+
+
+def test_best_mesh_follows_the_square_root_rule():
+    def sent(batch, h1, h2, d, m):  # per training step: activations over model, weights over data
+        return 2 * 2 * ((m - 1) / m * batch * h1 / d + (d - 1) / d * h1 * h2 / m)
+
+    for batch, h2, n in [(16384, 16384, 8), (1 << 20, 32768, 256), (64, 16384, 8),
+                         (1 << 22, 4096, 8), (8192, 4096, 64)]:
+        d, m = mesh2d.best_mesh(batch, 4096, h2, n)
+        shapes = [(k, n // k) for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n % k == 0]
+        assert (d, m) == min(shapes, key=lambda s: sent(batch, 4096, h2, *s))
+        # ignoring (n-1)/n, the least is at d = sqrt(B·N/H₂): within a factor 2 of it
+        assert 0.5 <= d / min(n, max(1.0, np.sqrt(batch * n / h2))) <= 2
+
+
+def test_time_uses_the_link_each_axis_runs_on():
+    tpu, gpu = cost.SYSTEMS["TPU v5p (ICI)"], cost.SYSTEMS["H100 cluster (NVLink + InfiniBand)"]
+    p = mesh2d.plan(1 << 16, 8192, 32768, (8, 8), "bf16")
+    # model groups are 8 neighbouring GPUs (one node); data groups span 8 nodes
+    assert axis_bandwidth(gpu, p.mesh, "model") == gpu.bandwidth
+    assert axis_bandwidth(gpu, p.mesh, "data") == gpu.between_nodes
+    assert axis_bandwidth(gpu, {"data": 2, "model": 4}, "data") == gpu.bandwidth
+    assert axis_bandwidth(tpu, p.mesh, "data") == tpu.bandwidth
+    t = mesh2d.step_time(p, tpu, training=False)
+    comm = sum(c.full_bytes for c in p.collectives()) / tpu.bandwidth
+    assert t.comm_s == pytest.approx(comm)
+    assert t.compute_s == pytest.approx(4 * (1 << 16) * 8192 * 32768 / 64 / tpu.flops)
+
+
+def test_scaling_book_bound_matches_the_time_model():
+    # per-device batch 4α²/H₂ is where the best mesh turns communication-bound (forward pass,
+    # (n-1)/n → 1 on many devices); check a factor 1.5 either side on 4096 TPU v5p chips
+    tpu = cost.SYSTEMS["TPU v5p (ICI)"]
+    h1, h2, n = 8192, 32768, 4096
+    edge = mesh2d.smallest_batch_per_device(h2, tpu)
+    assert edge == pytest.approx(4 * (tpu.flops / tpu.bandwidth) ** 2 / h2)
+    for factor, bound in [(1.5, "compute"), (1 / 1.5, "communication")]:
+        batch = 1 << round(np.log2(edge * factor * n))
+        p = mesh2d.plan(batch, h1, h2, mesh2d.best_mesh(batch, h1, h2, n, tpu), "bf16")
+        assert mesh2d.step_time(p, tpu, training=False).bound == bound, (factor, batch)
+
+
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4), (8, 1), (1, 8)])
+def test_real_run_matches_one_device_plan_and_compiled_collectives(shape):
+    rng = np.random.default_rng(0)
+    x, dy = (rng.standard_normal((B, H1), dtype=np.float32) for _ in range(2))
+    w1 = rng.standard_normal((H1, H2), dtype=np.float32)
+    w2 = rng.standard_normal((H2, H1), dtype=np.float32)
+    c = run.check(tpviz.make_mesh(shape, ("data", "model")), x, w1, w2, dy)
+    assert c.max_error < 1e-5
+    d, m = shape
+    # the hand-written step: 3 all-gathers and 1 reduce-scatter forward, the transposes backward
+    kinds = c.train.kinds() if d > 1 and m > 1 else None
+    if kinds is not None:
+        assert kinds == {"all-gather": 4, "reduce-scatter": 4}
+    assert sum(col.bytes for col in c.forward if col.group_size > 1) == sum(
+        s.bytes for s in c.plan.steps if s.communicates)
+
+
+def test_check_catches_a_wrong_program():
+    rng = np.random.default_rng(1)
+    x, dy = (rng.standard_normal((B, H1), dtype=np.float32) for _ in range(2))
+    w1 = rng.standard_normal((H1, H2), dtype=np.float32)
+    w2 = rng.standard_normal((H2, H1), dtype=np.float32)
+    mesh = tpviz.make_mesh((4, 2), ("data", "model"))
+
+    def all_reduce_then_slice(partial):  # right values, the wrong (twice as costly) collective
+        full = jax.lax.psum(partial, "model")
+        i = jax.lax.axis_index("model")
+        return jax.lax.dynamic_slice_in_dim(full, i * (H1 // 2), H1 // 2, axis=1)
+
+    with pytest.raises(AssertionError, match="hand-written forward pass holds"):
+        run.check(mesh, x, w1, w2, dy, final=all_reduce_then_slice)
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda: mesh2d.plan(15, 8, 32, (4, 2)), "batch = 15 does not divide over the data axis"),
+    (lambda: mesh2d.plan(16, 8, 33, (4, 2)), "h2 = 33 does not divide over the model axis"),
+    (lambda: mesh2d.plan(16, 6, 32, (4, 2)), "h1 = 6 does not divide over the data axis"),
+    (lambda: mesh2d.plan(16, 8, 32, {"X": 4, "Y": 2}), "axes 'data'"),
+    (lambda: mesh2d.plan(16, 8, 32, (8,)), r"\(data, model\)"),
+    (lambda: mesh2d.best_mesh(3, 5, 7, 8), "no \\(data, model\\) mesh"),
+])
+def test_bad_input(call, words):
+    with pytest.raises(ShardingError, match=words):
+        call()
+
+
+def test_swapped_axis_names_are_named():
+    mesh = tpviz.make_mesh((2, 4), ("model", "data"))
+    x = np.zeros((B, H1), np.float32)
+    with pytest.raises(ShardingError, match="swapped"):
+        run.check(mesh, x, np.zeros((H1, H2), np.float32), np.zeros((H2, H1), np.float32), x)
+    with pytest.raises(ShardingError, match="axes 'data'"):
+        run.check(tpviz.make_mesh((4, 2), ("X", "Y")), x, np.zeros((H1, H2), np.float32),
+                  np.zeros((H2, H1), np.float32), x)
+
+
+def test_drawings_show_every_step():
+    p = mesh2d.plan(B, H1, H2, (4, 2))
+    fig = draw.step(p, 1)
+    assert "all-gather X along model" in fig.axes[0].get_title(loc="left")
+    # every device cell shows the operand and the result: 8 devices x 2 arrays, outline + block
+    assert len(fig.axes[0].patches) == 8 * 2 * 2 + 8
+    anim = draw.animate(p)
+    assert anim.gif[:6] == b"GIF89a" and "<img" in anim._repr_html_()
+    schemes = mesh2d.compare(2048, 256, 1024, 8)
+    assert [s.name for s in schemes][:2] == ["data parallel", "1D Megatron"]
+    fig = draw.comparison(schemes)
+    assert len(fig.axes) == 2
