@@ -56,6 +56,7 @@ def time_redraws() -> list[tuple[str, float, float]]:
         render_layout,
         render_matmul,
         render_megatron,
+        render_mesh2d,
         render_pipeline,
         render_zero,
     )
@@ -82,11 +83,20 @@ def time_redraws() -> list[tuple[str, float, float]]:
               "explore_zero": (render_zero, [("7.5B (ZeRO paper)", 7.5, 64, 2,
                                               next(iter(PRECISIONS)), 80),
                                              ("custom", 70.0, 1024, 3, "fp32 Adam (4 + 4 + 8)",
-                                              141)])}
+                                              141)]),
+              "explore_mesh2d": (render_mesh2d, [(8, 4, 16384, 4096, 4,
+                                                  "H100 cluster (NVLink + InfiniBand)", "bf16"),
+                                                 (256, 16, 1 << 20, 16384, 8, "TPU v5p (ICI)",
+                                                  "bf16")])}
+
+    def redraw(render, settings) -> bytes:  # a figure, or (HTML table, figure)
+        result = render(*settings)
+        return png(result[1] if isinstance(result, tuple) else result)
+
     for name, (render, settings) in others.items():
-        png(render(*settings[0]))  # warm-up
+        redraw(render, settings[0])  # warm-up
         rows += [(f"{name} redraw {s[:3]} (ms)",
-                  1000 * median_s(lambda r=render, s=s: png(r(*s)), 5), REDRAW_BUDGET_MS)
+                  1000 * median_s(lambda r=render, s=s: redraw(r, s), 5), REDRAW_BUDGET_MS)
                  for s in settings]
     return rows
 
