@@ -268,7 +268,7 @@ def check(kind: str, mesh, x, target, params, head_dim: int = 0, axis: str = AXI
     ref_loss, ref_grads = jax.jit(reference_step, static_argnums=(0, 4))(kind, x, target, params,
                                                                          head_dim)
     got = (fwd(x, placed), *step(x, target, placed))
-    errors = [_relative(a, b) for a, b in zip(jax.tree.leaves(got),
+    errors = [relative_error(a, b) for a, b in zip(jax.tree.leaves(got),
                                               jax.tree.leaves((ref_y, ref_loss, ref_grads)),
                                               strict=True)]
     assert max(errors) < 1e-4, f"sharded values differ from one device (relative {max(errors)})"
@@ -283,13 +283,14 @@ def check(kind: str, mesh, x, target, params, head_dim: int = 0, axis: str = AXI
         assert got == [("all-reduce", element, n)] * count, (
             f"expected {count} all-reduces of {element} bytes over {n} devices, found {got}")
     compiler = hlo.compile(gspmd_train_step(kind, mesh, head_dim, axis), x, target, placed)
-    errors += [_relative(a, b) for a, b in zip(jax.tree.leaves(compiler(x, target, placed)),
+    errors += [relative_error(a, b) for a, b in zip(jax.tree.leaves(compiler(x, target, placed)),
                                                jax.tree.leaves((ref_loss, ref_grads)),
                                                strict=True)]
     assert max(errors) < 1e-4, f"the compiler's version differs from one device ({max(errors)})"
     return Check(found_f, found_t, hlo.parse(compiler.as_text()), max(errors), per_device)
 
 
-def _relative(a, b) -> float:
+def relative_error(a, b) -> float:
+    """Largest absolute difference, relative to the reference's largest value (at least 1)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))

@@ -18,6 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz import hlo
 from tpviz.errors import ShardingError
+from tpviz.megatron import relative_error
 from tpviz.mesh2d.plan import DATA, MODEL, SPECS, Plan, mesh_shape, plan
 
 IN_SPECS = (SPECS["X"], SPECS["W₁"], SPECS["W₂"])
@@ -51,7 +52,7 @@ def reference(x, w1, w2):
     return jax.nn.relu(x @ w1) @ w2
 
 
-def _check_mesh(mesh, x_shape, w1_shape) -> Plan:
+def _check_mesh(mesh, x_shape, w1_shape, dtype="float32") -> Plan:
     """The plan for these arrays on ``mesh``, with a clear error for a wrong mesh."""
     if not (hasattr(mesh, "axis_names") and hasattr(mesh, "devices")):
         raise ShardingError(f"expected a jax.sharding.Mesh, got {type(mesh).__name__}; make one "
@@ -65,7 +66,7 @@ def _check_mesh(mesh, x_shape, w1_shape) -> Plan:
     if len(x_shape) != 2 or len(w1_shape) != 2:
         raise ShardingError(f"x and w1 must be 2D, got shapes {x_shape} and {w1_shape}.")
     return plan(int(x_shape[0]), int(x_shape[1]), int(w1_shape[1]),
-                (shape[DATA], shape[MODEL]))
+                (shape[DATA], shape[MODEL]), dtype)
 
 
 def forward(mesh, final=reduce_scatter):
@@ -117,6 +118,8 @@ class Check:
     gspmd_forward: hlo.Collectives
     gspmd_train: hlo.Collectives
     max_error: float  # largest relative error of outputs and gradients (all programs)
+    weight_bytes: int  # per device, measured on the weight shards
+    activation_bytes: int  # per device, X' and A measured on the arrays
 
 
 def axis_of(c: hlo.Collective, mesh) -> str:
@@ -149,12 +152,13 @@ def check(mesh, x, w1, w2, dy, final=reduce_scatter) -> Check:
     ``final``: the hand-written last step (default: :func:`reduce_scatter`).
 
     Raises:
-        AssertionError: a value differs from one device; the arrays' per-device shapes differ
-            from the plan; the hand-written program holds other collectives (kind, axis, bytes)
-            than the plan's forward and backward steps; GSPMD's forward pass holds others than
+        AssertionError: a value differs from one device; the arrays' per-device shapes, or the
+            bytes of weights and saved activations per device, differ from the plan; the
+            hand-written program holds other collectives (kind, axis, bytes) than the plan's
+            forward and backward steps; GSPMD's forward pass holds others than
             the plan's (its reduce-scatter may be compiled as an all-reduce and a slice).
     """
-    p = _check_mesh(mesh, x.shape, w1.shape)
+    p = _check_mesh(mesh, x.shape, w1.shape, np.dtype(x.dtype))
     args = place(mesh, x, w1, w2)
     dy_placed = jax.device_put(dy, NamedSharding(mesh, OUT_SPEC))
     want = jax.jit(training(reference))(x, w1, w2, dy)
@@ -164,15 +168,21 @@ def check(mesh, x, w1, w2, dy, final=reduce_scatter) -> Check:
         fwd = hlo.compile(fn, *args)
         train = hlo.compile(jax.jit(training(fn)), *args, dy_placed)
         got_y, got_grads = train(*args, dy_placed)
-        errors += [_relative(a, b) for a, b in zip(jax.tree.leaves((fwd(*args), got_y, got_grads)),
-                                                   jax.tree.leaves((want[0], *want)),
-                                                   strict=True)]
+        got = jax.tree.leaves((fwd(*args), got_y, got_grads))
+        errors += [relative_error(a, b) for a, b in zip(got, jax.tree.leaves((want[0], *want)),
+                                                        strict=True)]
         progs[name] = (hlo.parse(fwd.as_text()), hlo.parse(train.as_text()))
     assert max(errors) < 1e-4, f"the 2D MLP differs from one device (relative {max(errors):.2e})"
 
     shapes = measured_shapes(mesh, x, w1, w2, final)
     planned = [s.result.local for s in p.steps[1:]]
     assert shapes == planned, f"per-device shapes {shapes} differ from the plan's {planned}"
+    size = np.dtype(x.dtype).itemsize
+    weights = sum(a.addressable_shards[0].data.nbytes for a in args[1:])
+    saved = (np.prod(shapes[0]) + np.prod(shapes[3])) * size  # X' and A: the matmuls' inputs
+    assert (weights, saved) == (p.memory.weights, p.memory.activations), (
+        f"measured {weights} bytes of weights and {saved} of saved activations per device; the "
+        f"plan says {p.memory.weights} and {p.memory.activations}")
     (fwd, train), (gfwd, gtrain) = progs["forward"], progs["gspmd"]
     for what, got, want_rows in (("forward pass", fwd, predicted(p)),
                                  ("training step", train, predicted(p, training=True))):
@@ -181,9 +191,5 @@ def check(mesh, x, w1, w2, dy, final=reduce_scatter) -> Check:
     gspmd = found(gfwd, mesh)
     assert gspmd in (predicted(p), as_gspmd(predicted(p), p.mesh)), (
         f"GSPMD's forward pass holds {gspmd}; the plan says {predicted(p)}")
-    return Check(p, fwd, train, gfwd, gtrain, max(errors))
+    return Check(p, fwd, train, gfwd, gtrain, max(errors), weights, int(saved))
 
-
-def _relative(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
