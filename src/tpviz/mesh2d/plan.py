@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -161,8 +162,11 @@ class Plan:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{h}</th>" for h in self._HEAD)
-        body = "".join("<tr>" + "".join(f"<td>{v:,}</td>" if isinstance(v, int) else f"<td>{v}</td>"
-                                        for v in r) + "</tr>" for r in self.rows())
+        def cell(v) -> str:  # subscripted mesh axes: X[B<sub>data</sub>, ...]
+            text = f"{v:,}" if isinstance(v, int) else re.sub(r"_\{(\w+)\}", r"<sub>\1</sub>", v)
+            return f"<td>{text}</td>"
+
+        body = "".join("<tr>" + "".join(map(cell, r)) + "</tr>" for r in self.rows())
         return (f"<p>{describe(self)}</p><table><thead><tr>{head}</tr></thead>"
                 f"<tbody>{body}</tbody></table>")
 
