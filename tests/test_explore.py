@@ -55,3 +55,20 @@ def test_zero_widget_says_whether_it_fits():
     assert "stage 2: 16.6 GB per device → fits; stage 2 needs at least 2 devices" in title
     title = render_zero("custom", 13, 8, 0, mixed, 40).axes[0].get_title(loc="left")
     assert "208.0 GB per device → does not fit; stage 0 never fits" in title
+
+
+def test_mesh2d_widget_shows_the_table_and_the_best_mesh(capsys):
+    from tpviz.explore import render_mesh2d
+
+    gpu = "H100 cluster (NVLink + InfiniBand)"
+    html, fig = render_mesh2d(64, 16, 262144, 8192, 4, gpu, "bf16")
+    assert "all-gather W₁ along data" in html and "4 devices" in html  # data=16 × model=4
+    # fewest bytes is 16 × 4, but on GPUs the model axis of 8 fills an NVLink node: 8 × 8 wins
+    assert "least communication: data=8 × model=8" in fig.texts[-1].get_text()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["data parallel", "1D Megatron", "2D 8×8", "2D 16×4"]
+    live = tpviz.explore_mesh2d()
+    assert "<table>" in live._repr_mimebundle_()["text/html"]  # the table reaches the static book
+    capsys.readouterr()
+    live.widget.children[0].children[1].value = 16  # data = 16 > 8 devices
+    assert "does not divide 8 devices" in capsys.readouterr().out

@@ -64,7 +64,6 @@ class Step:
     operands: tuple[Array, ...]
     result: Array
     bytes: int  # a collective's result, per device (0 for compute)
-    sent: float  # bytes each device sends with a ring algorithm
     flops: int  # per device
 
     @property
@@ -265,8 +264,7 @@ def plan(batch: int, h1: int, h2: int, mesh=(4, 2), dtype="float32") -> Plan:
     def step(what, op, axis, operands, result, flops=0):
         group = shape[axis] if axis else 1
         nbytes = math.prod(result.local) * size if axis else 0
-        sent = (group - 1) / group * _full(op, nbytes, group) if axis else 0.0
-        return Step(what, op, axis, group, operands, result, nbytes, sent, flops)
+        return Step(what, op, axis, group, operands, result, nbytes, flops)
 
     matmul = 2 * xg.local[0] * xg.local[1] * w1g.local[1]  # both matmuls: 2 B/d H₁ H₂/m
     steps = (
@@ -370,21 +368,11 @@ def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> floa
     return system.bandwidth
 
 
-@dataclass(frozen=True)
-class Time:
-    compute_s: float
-    comm_s: float
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_s >= self.comm_s else "communication"
-
-
-def step_time(p: Plan, system: cost.System, training: bool = True) -> Time:
+def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estimate:
     """Seconds per step: FLOPs at peak versus the collectives at their axis's bandwidth."""
     comm = sum(cost.collective_time(c.kind, c.full_bytes, axis_bandwidth(system, p.mesh, c.axis))
                for c in p.collectives(training))
-    return Time(p.flops(training) / system.flops, comm)
+    return cost.Estimate(p.flops(training) / system.flops, comm)
 
 
 def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.System | None = None,
