@@ -141,6 +141,11 @@ def test_swapped_axis_names_are_named():
     with pytest.raises(ShardingError, match="axes 'data'"):
         run.check(tpviz.make_mesh((4, 2), ("X", "Y")), x, np.zeros((H1, H2), np.float32),
                   np.zeros((H2, H1), np.float32), x)
+    with pytest.raises(ShardingError, match="axes 'data'"):
+        run.forward(tpviz.make_mesh((4, 2), ("X", "Y")))
+    with pytest.raises(ShardingError, match="batch = 6 does not divide over the data axis"):
+        run.place(tpviz.make_mesh((4, 2), ("data", "model")), np.zeros((6, H1), np.float32),
+                  np.zeros((H1, H2), np.float32), np.zeros((H2, H1), np.float32))
 
 
 def test_drawings_show_every_step():

@@ -18,7 +18,7 @@ from tpviz.mesh2d.plan import DATA, MODEL, Array, Plan, Scheme
 
 COLOURS = {"X": OKABE_ITO[4], "W₁": OKABE_ITO[0], "W₂": OKABE_ITO[2], "H": OKABE_ITO[6],
            "A": OKABE_ITO[6], "Y": OKABE_ITO[5]}
-SIGNS = {"start": ("  ", "  "), "all-gather": ("→",), "matmul": ("·", "="), "relu": ("→",),
+SIGNS = {"start": ("",), "all-gather": ("→",), "matmul": ("·", "="), "relu": ("→",),
          "reduce-scatter": ("→",)}
 
 
@@ -65,7 +65,7 @@ def step(p: Plan, k: int, ax=None) -> Figure:
                                    hatch="///" if a.partial else None))
             if row == 0:
                 ax.text(x0 + w / 2, row + 0.24, a.name, ha="center", va="bottom", fontsize=8)
-            if a_i < len(arrays) - 1 and signs[min(a_i, len(signs) - 1)].strip():
+            if a_i < len(arrays) - 1 and signs[min(a_i, len(signs) - 1)]:
                 ax.text(col + 0.08 + (a_i + 1) * slot - slot * 0.1, row + 0.58,
                         signs[min(a_i, len(signs) - 1)], ha="center", va="center", fontsize=10)
     for dev in range(d * m):

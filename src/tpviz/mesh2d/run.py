@@ -52,8 +52,8 @@ def reference(x, w1, w2):
     return jax.nn.relu(x @ w1) @ w2
 
 
-def _check_mesh(mesh, x_shape, w1_shape, dtype="float32") -> Plan:
-    """The plan for these arrays on ``mesh``, with a clear error for a wrong mesh."""
+def _check_axes(mesh) -> dict[str, int]:
+    """``{"data": d, "model": m}`` of ``mesh``, with a clear error for a wrong mesh."""
     if not (hasattr(mesh, "axis_names") and hasattr(mesh, "devices")):
         raise ShardingError(f"expected a jax.sharding.Mesh, got {type(mesh).__name__}; make one "
                             "with tpviz.make_mesh((4, 2), ('data', 'model')).")
@@ -62,7 +62,12 @@ def _check_mesh(mesh, x_shape, w1_shape, dtype="float32") -> Plan:
             f"the mesh's axes are ordered ('model', 'data'), {dict(mesh.shape)}: swapped. The "
             "2D MLP numbers devices row-major over (data, model), so that a model group is "
             "neighbouring devices; make the mesh with tpviz.make_mesh((d, m), ('data', 'model')).")
-    shape = mesh_shape(mesh)
+    return mesh_shape(mesh)
+
+
+def _check_mesh(mesh, x_shape, w1_shape, dtype="float32") -> Plan:
+    """The plan for these arrays on ``mesh``, with a clear error for a wrong mesh or sizes."""
+    shape = _check_axes(mesh)
     if len(x_shape) != 2 or len(w1_shape) != 2:
         raise ShardingError(f"x and w1 must be 2D, got shapes {x_shape} and {w1_shape}.")
     return plan(int(x_shape[0]), int(x_shape[1]), int(w1_shape[1]),
@@ -71,6 +76,7 @@ def _check_mesh(mesh, x_shape, w1_shape, dtype="float32") -> Plan:
 
 def forward(mesh, final=reduce_scatter):
     """``fn(x, w1, w2) -> y`` run by hand on ``mesh`` (arrays laid out as the plan says)."""
+    _check_axes(mesh)
     return jax.shard_map(lambda x, w1, w2: mlp(x, w1, w2, final), mesh=mesh, in_specs=IN_SPECS,
                          out_specs=OUT_SPEC)
 
@@ -78,6 +84,8 @@ def forward(mesh, final=reduce_scatter):
 def gspmd_forward(mesh):
     """The single-device MLP given to the compiler with the same shardings; the hidden
     activations are pinned to ``H[B_data, H₂_model]`` with ``with_sharding_constraint``."""
+    _check_axes(mesh)
+
     def fn(x, w1, w2):
         h = jax.lax.with_sharding_constraint(x @ w1, NamedSharding(mesh, P(DATA, MODEL)))
         return jax.nn.relu(h) @ w2
@@ -97,7 +105,12 @@ def training(fn):
 
 
 def place(mesh, x, w1, w2):
-    """Put the full arrays on the mesh as the plan lays them out."""
+    """Put the full arrays on the mesh as the plan lays them out.
+
+    Raises:
+        ShardingError: the mesh is not ``(data, model)``, or a size does not divide its axis.
+    """
+    _check_mesh(mesh, np.shape(x), np.shape(w1), np.dtype(getattr(x, "dtype", np.float32)))
     return tuple(jax.device_put(a, NamedSharding(mesh, s))
                  for a, s in zip((x, w1, w2), IN_SPECS, strict=True))
 
