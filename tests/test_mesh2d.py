@@ -97,9 +97,8 @@ def test_real_run_matches_one_device_plan_and_compiled_collectives(shape):
     assert c.weight_bytes == 2 * H1 * H2 * 4 // 8  # measured on the shards: 1/8 of W₁ and W₂
     assert c.activation_bytes == (B // d * H1 + B // d * H2 // m) * 4  # X' and A
     # the hand-written step: 3 all-gathers and 1 reduce-scatter forward, the transposes backward
-    kinds = c.train.kinds() if d > 1 and m > 1 else None
-    if kinds is not None:
-        assert kinds == {"all-gather": 4, "reduce-scatter": 4}
+    if d > 1 and m > 1:
+        assert c.train.kinds() == {"all-gather": 4, "reduce-scatter": 4}
     assert sum(col.bytes for col in c.forward if col.group_size > 1) == sum(
         s.bytes for s in c.plan.steps if s.communicates)
 

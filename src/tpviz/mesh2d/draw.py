@@ -36,7 +36,7 @@ def step(p: Plan, k: int, ax=None) -> Figure:
     s = p.steps[k]
     arrays = [*s.operands, s.result] if s.op != "start" else list(s.operands)
     signs = SIGNS[s.op]
-    d, m = p.mesh[DATA], p.mesh[MODEL]
+    d, m = p.shape
     if ax is None:
         height = 1.05 + 0.95 * d
         fig = Figure(figsize=(9, height))  # a fixed layout: constrained layout is slower

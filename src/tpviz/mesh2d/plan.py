@@ -117,7 +117,7 @@ class Plan:
         found = [Collective(s.op, s.axis, s.group, s.bytes, _full(s.op, s.bytes, s.group),
                             s.what) for s in self.steps if s.communicates]
         if training:
-            d, m, size = self.mesh[DATA], self.mesh[MODEL], self.itemsize
+            (d, m), size = self.shape, self.itemsize
             b, h1, h2 = self.batch // d, self.h1, self.h2
             for kind, axis, local, what in (
                     ("all-gather", MODEL, (b, h1), "all-gather dY along model"),
@@ -141,8 +141,7 @@ class Plan:
 
     @property
     def memory(self) -> Memory:
-        return _memory(self.batch, self.h1, self.h2, self.mesh[DATA], self.mesh[MODEL],
-                       self.itemsize)
+        return _memory(self.batch, self.h1, self.h2, *self.shape, self.itemsize)
 
     def rows(self) -> list[tuple]:
         """The step table: step, operation, result, per-device shape, collective, bytes."""
@@ -281,7 +280,7 @@ def plan(batch: int, h1: int, h2: int, mesh=(4, 2), dtype="float32") -> Plan:
 
 
 def describe(p: Plan) -> str:
-    d, m = p.mesh[DATA], p.mesh[MODEL]
+    d, m = p.shape
     return (f"{p.devices} devices as data={d} × model={m}; B = {p.batch:,}, H₁ = {p.h1:,}, "
             f"H₂ = {p.h2:,} ({p.dtype})")
 
@@ -327,7 +326,7 @@ def megatron_1d(batch: int, h1: int, h2: int, devices: int, dtype="float32") -> 
 
 def mesh_2d(batch: int, h1: int, h2: int, mesh, dtype="float32") -> Scheme:
     p = plan(batch, h1, h2, mesh, dtype)
-    d, m = p.mesh[DATA], p.mesh[MODEL]
+    d, m = p.shape
     return Scheme(f"2D {d}×{m}", (d, m), p.memory, p.sent(False), p.sent(True),
                   tuple(p.collectives(True)))
 
