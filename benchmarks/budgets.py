@@ -49,7 +49,6 @@ def median_s(fn, repeats: int) -> float:
 
 
 def time_redraws() -> list[tuple[str, float, float]]:
-    import tpviz
     from tpviz.explore import (
         PRECISIONS,
         png,
@@ -60,6 +59,8 @@ def time_redraws() -> list[tuple[str, float, float]]:
         render_pipeline,
         render_zero,
     )
+
+    import tpviz
 
     tpviz.setup_devices(8, verbose=False)
     matmul_args = ("X=2, Y=4", "X[B_X, D_Y]", "W[D_Y, F]", 1024, 4096, 4096, "TPU v5e (ICI)", True)

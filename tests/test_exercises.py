@@ -10,8 +10,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tpviz
+from tpviz.core.exercises import Wrong, expect_array
 from tpviz.exercises import ExerciseFailed, checker
-from tpviz.exercises._framework import Wrong, expect_array
 
 ex = tpviz.exercises
 

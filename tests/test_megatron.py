@@ -8,8 +8,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import tpviz
-from tpviz import draw, megatron
+from tpviz import megatron
 from tpviz.errors import ShardingError
+from tpviz.megatron import draw
 
 N = 4
 
@@ -108,8 +109,8 @@ def test_plan_bad_input(args, words):
 
 def test_drawings_state_the_plan():
     p = megatron.plan(64, 64, 256, 8, 4, "bf16")
-    fig = draw.megatron_mlp(p)
+    fig = draw.mlp(p)
     assert "A[64, 64] and B[64, 64] = 16,384 bytes (1/4 of the MLP)" in fig._suptitle.get_text()
     assert [ax.get_title() for ax in fig.axes] == ["X: all", "A: columns", "H = gelu(X A)", "B: rows",
                                                   "Z: all-reduced"]
-    assert "2 all-reduces forward (g), 2 backward (f)" in draw.megatron_timeline("block").axes[0].get_title(loc="left")
+    assert "2 all-reduces forward (g), 2 backward (f)" in draw.timeline("block").axes[0].get_title(loc="left")

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import tpviz
-from tpviz import cost, mesh2d
-from tpviz.errors import ShardingError
+from tpviz import mesh2d
+from tpviz.core import cost
+from tpviz.errors import CheckFailed, ShardingError
 from tpviz.mesh2d import draw, run
-from tpviz.mesh2d.plan import axis_bandwidth
+from tpviz.mesh2d.choose import axis_bandwidth
 
 B, H1, H2 = 16, 8, 32
 
@@ -67,7 +68,8 @@ def test_time_uses_the_link_each_axis_runs_on():
     assert axis_bandwidth(gpu, {"data": 2, "model": 4}, "data") == gpu.bandwidth
     assert axis_bandwidth(tpu, p.mesh, "data") == tpu.bandwidth
     t = mesh2d.step_time(p, tpu, training=False)
-    comm = sum(c.full_bytes for c in p.collectives()) / tpu.bandwidth
+    comm = sum((c.group_size - 1) / c.group_size * c.full_bytes  # ring all-gathers and
+               for c in p.collectives()) / tpu.bandwidth  # reduce-scatters
     assert t.comm_s == pytest.approx(comm)
     assert t.compute_s == pytest.approx(4 * (1 << 16) * 8192 * 32768 / 64 / tpu.flops)
 
@@ -91,7 +93,7 @@ def test_real_run_matches_one_device_plan_and_compiled_collectives(shape):
     x, dy = (rng.standard_normal((B, H1), dtype=np.float32) for _ in range(2))
     w1 = rng.standard_normal((H1, H2), dtype=np.float32)
     w2 = rng.standard_normal((H2, H1), dtype=np.float32)
-    c = run.check(tpviz.make_mesh(shape, ("data", "model")), x, w1, w2, dy)
+    c = mesh2d.check(tpviz.make_mesh(shape, ("data", "model")), x, w1, w2, dy)
     assert c.max_error < 1e-5
     d, m = shape
     assert c.weight_bytes == 2 * H1 * H2 * 4 // 8  # measured on the shards: 1/8 of W₁ and W₂
@@ -115,8 +117,8 @@ def test_check_catches_a_wrong_program():
         i = jax.lax.axis_index("model")
         return jax.lax.dynamic_slice_in_dim(full, i * (H1 // 2), H1 // 2, axis=1)
 
-    with pytest.raises(AssertionError, match="hand-written forward pass holds"):
-        run.check(mesh, x, w1, w2, dy, final=all_reduce_then_slice)
+    with pytest.raises(CheckFailed, match="hand-written forward pass's collectives"):
+        mesh2d.check(mesh, x, w1, w2, dy, final=all_reduce_then_slice)
 
 
 @pytest.mark.parametrize(("call", "words"), [
@@ -136,9 +138,9 @@ def test_swapped_axis_names_are_named():
     mesh = tpviz.make_mesh((2, 4), ("model", "data"))
     x = np.zeros((B, H1), np.float32)
     with pytest.raises(ShardingError, match="swapped"):
-        run.check(mesh, x, np.zeros((H1, H2), np.float32), np.zeros((H2, H1), np.float32), x)
+        mesh2d.check(mesh, x, np.zeros((H1, H2), np.float32), np.zeros((H2, H1), np.float32), x)
     with pytest.raises(ShardingError, match="axes 'data'"):
-        run.check(tpviz.make_mesh((4, 2), ("X", "Y")), x, np.zeros((H1, H2), np.float32),
+        mesh2d.check(tpviz.make_mesh((4, 2), ("X", "Y")), x, np.zeros((H1, H2), np.float32),
                   np.zeros((H2, H1), np.float32), x)
     with pytest.raises(ShardingError, match="axes 'data'"):
         run.forward(tpviz.make_mesh((4, 2), ("X", "Y")))

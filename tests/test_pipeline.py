@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpviz.draw import _png as draw_png
+from tpviz.core.figures import png as draw_png
 from tpviz.errors import DeviceSetupError, ShardingError
 from tpviz.pipeline import (
     NAMES,
@@ -53,7 +53,7 @@ def test_interleaved_bubble_is_p_minus_1_over_v_m_of_the_ideal(p, m, v):
     ideal = m * (F + B)
     assert t.makespan - ideal == pytest.approx((p - 1) / (v * m) * ideal)
     for d, ops in enumerate(t.schedule.ops):  # chunk s lives on device s % p
-        assert all(op.stage % p == d for op in ops)
+        assert all(op.chunk % p == d for op in ops)
         assert len(ops) == 2 * m * v
 
 

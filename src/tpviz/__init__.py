@@ -1,38 +1,23 @@
 """tpviz: run, check and draw the ways a neural network is split across devices.
 
-Start every notebook with ``tpviz.setup_devices(8)``. The topics live in submodules:
-``layout`` (sharding notation, shapes, bytes), ``hlo`` (collectives of the compiled program),
-``matmul`` (sharded matrix multiplication), ``megatron`` (tensor-parallel MLP, attention,
-block), ``mesh2d`` (an MLP on a 2D data × model mesh), ``pipeline`` (schedules, simulator,
-a pipelined model), ``zero`` (ZeRO stages 0-3), ``cost`` (compute versus communication time),
-``draw`` (figures), ``explore`` (widgets) and ``exercises`` (checkers).
+Start every notebook with ``tpviz.setup_devices(8)``. Every topic is a package with the same
+rooms (``plan``, ``run``, ``check``, ``draw``, ``explore``, ``exercises``) built on
+:mod:`tpviz.core`: ``layouts`` (chapter 0), ``matmul``, ``megatron``, ``zero``, ``mesh2d``,
+``pipeline``. ``tpviz.exercises`` gathers every checker.
 """
 
-from tpviz import (
-    cost,
-    draw,
-    errors,
-    exercises,
-    hlo,
-    layout,
-    matmul,
-    megatron,
-    mesh2d,
-    pipeline,
-    zero,
-)
+from tpviz import core, errors, exercises, layouts, matmul, megatron, mesh2d, pipeline, zero
 from tpviz.devices import make_mesh, setup_devices
-from tpviz.explore import (
-    explore_layout,
-    explore_matmul,
-    explore_megatron,
-    explore_mesh2d,
-    explore_pipeline,
-    explore_zero,
-)
+from tpviz.layouts import explore_layout
+from tpviz.matmul import explore_matmul
+from tpviz.megatron import explore_megatron
+from tpviz.mesh2d import explore_mesh2d
+from tpviz.pipeline import explore_pipeline
+from tpviz.zero import explore_zero
 
-__all__ = ["cost", "draw", "errors", "exercises", "explore_layout", "explore_matmul",
-           "explore_megatron", "explore_mesh2d", "explore_pipeline", "explore_zero", "hlo",
-           "layout", "make_mesh", "matmul", "megatron", "mesh2d", "pipeline", "setup_devices",
-           "zero"]
-__version__ = "0.1.0"
+TOPICS = ("layouts", "matmul", "megatron", "zero", "mesh2d", "pipeline")  # in chapter order
+
+__all__ = ["TOPICS", "core", "errors", "exercises", "explore_layout", "explore_matmul",
+           "explore_megatron", "explore_mesh2d", "explore_pipeline", "explore_zero", "layouts",
+           "make_mesh", "matmul", "megatron", "mesh2d", "pipeline", "setup_devices", "zero"]
+__version__ = "0.2.0"

@@ -90,6 +90,16 @@ def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
     return list(chosen)
 
 
+def chosen_devices() -> list:
+    """The devices :func:`setup_devices` chose (all of ``jax.devices()`` if it was not called).
+
+    Every mesh, checker and notebook takes its devices from here, never from ``jax.devices()``
+    directly: on a runtime with one GPU, ``setup_devices(8)`` chooses 8 CPU devices while
+    ``jax.devices()`` still lists the GPU.
+    """
+    return list(_chosen) or jax.devices()
+
+
 def make_mesh(
     shape: Sequence[int],
     axis_names: Sequence[str],
@@ -122,7 +132,7 @@ def make_mesh(
     if any(not isinstance(s, int) or s < 1 for s in shape):
         raise ShardingError(f"make_mesh: every axis size must be a positive integer, got {shape}.")
     if devices is None:
-        devices = list(_chosen) or jax.devices()
+        devices = chosen_devices()
     size = math.prod(shape)
     if size > len(devices):
         raise ShardingError(

@@ -1,7 +1,10 @@
 """Errors a learner can read: what is wrong, the value, and how to fix it.
 
-Every error the library raises on bad input is a subclass of :class:`TpvizError`. In a notebook
-they render as one short message (no traceback from deep inside the library or JAX).
+Every error the library raises is a subclass of :class:`TpvizError` and lives here. Errors about
+bad input also subclass ``ValueError`` (or ``TypeError`` for an argument of the wrong kind); a
+check that finds a sharded result or a compiled program differing from the plan raises
+:class:`CheckFailed`, an ``AssertionError``. In a notebook they render as one short message (no
+traceback from deep inside the library or JAX).
 """
 
 from __future__ import annotations
@@ -22,9 +25,29 @@ class NotationError(TpvizError, ValueError):
     """A sharding-notation string such as ``"A[I_XY, J]"`` that cannot be parsed."""
 
 
-class DeviceSetupError(TpvizError, RuntimeError):
-    """Devices cannot be set up as asked (too few, or JAX has already started)."""
+class DeviceSetupError(TpvizError, ValueError, RuntimeError):
+    """Devices cannot be set up as asked (too few, too many, or JAX has already started)."""
 
 
 class CompileError(TpvizError, ValueError):
     """A function that does not compile for the arguments it was given."""
+
+
+class ScheduleError(TpvizError, ValueError):
+    """Counts that do not make a pipeline schedule, or an unknown schedule name."""
+
+
+class ZeroError(TpvizError, ValueError):
+    """A ZeRO stage outside 0-3 or a non-positive size."""
+
+
+class ArgumentError(TpvizError, ValueError):
+    """An argument with a value that makes no sense (negative, NaN, not one of the choices)."""
+
+
+class ArgumentTypeError(TpvizError, TypeError):
+    """An argument of the wrong kind (a name where a schedule is expected, say)."""
+
+
+class CheckFailed(TpvizError, AssertionError):
+    """A sharded run or a compiled program differs from its reference or from the plan."""

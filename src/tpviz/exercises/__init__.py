@@ -1,37 +1,40 @@
-"""Exercise checkers, one ``check_<name>`` per exercise (see :mod:`._framework`)."""
+"""Every topic's exercise checkers in one place, for the notebooks: ``tpviz.exercises.check_x``.
 
-from tpviz.exercises._framework import ExerciseFailed, NotAttempted, Wrong, checker
-from tpviz.exercises.layouts import (
+The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpviz.core.exercises`.
+"""
+
+from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
+from tpviz.layouts.exercises import (
     check_bytes_per_device,
     check_holders,
     check_rows_over_mesh,
     check_total,
 )
-from tpviz.exercises.matmul import (
+from tpviz.matmul.exercises import (
     check_all_gather_bytes,
     check_cases,
     check_column_parallel,
     check_reduce_scatter,
 )
-from tpviz.exercises.megatron import (
+from tpviz.megatron.exercises import (
     check_all_reduces,
     check_conjugates,
     check_row_parallel,
     check_weight_bytes,
 )
-from tpviz.exercises.mesh2d import (
+from tpviz.mesh2d.exercises import (
     check_best_mesh,
     check_final_reduce_scatter,
     check_step_shardings,
 )
-from tpviz.exercises.pipeline import (
+from tpviz.pipeline.exercises import (
     check_balance,
     check_bubble,
     check_microbatches,
     check_one_f_one_b,
     check_weight_versions,
 )
-from tpviz.exercises.zero import (
+from tpviz.zero.exercises import (
     check_fewest_devices,
     check_grad_reduce_scatter,
     check_zero_memory,

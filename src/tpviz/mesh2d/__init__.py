@@ -1,26 +1,51 @@
-"""An MLP on a 2D ``(data, model)`` device mesh: data and model parallelism at once.
+"""An MLP on a 2D ``(data, model)`` device mesh: data and model parallelism at once (chapter 5).
 
-Plan level (instant): ``plan(batch, h1, h2, mesh)`` is the step table; ``compare`` sets it beside
-data parallelism and 1D Megatron; ``best_mesh`` and ``step_time`` weigh communication against
-compute. ``tpviz.mesh2d.run`` runs it on devices (by hand and by GSPMD) and checks it;
-``tpviz.mesh2d.draw`` draws each step on the mesh.
+Rooms: ``plan`` (the step table: every array's sharding, per-device shape, collectives and
+bytes), ``choose`` (beside data parallelism and 1D Megatron; the best mesh and the step time),
+``run`` (by hand with ``shard_map``, and by GSPMD), ``check``, ``draw``, ``explore`` and
+``exercises``.
 """
 
-from tpviz.mesh2d.plan import (
-    DATA,
-    MODEL,
-    SPECS,
-    Plan,
+from tpviz.mesh2d import draw
+from tpviz.mesh2d.check import Check, as_gspmd, check, found, predicted
+from tpviz.mesh2d.choose import (
+    Scheme,
     best_mesh,
     compare,
     data_parallel,
-    describe,
     megatron_1d,
     meshes,
-    plan,
     smallest_batch_per_device,
     step_time,
 )
+from tpviz.mesh2d.explore import explore_mesh2d
+from tpviz.mesh2d.plan import DATA, MODEL, SPECS, Plan, describe, plan
+from tpviz.mesh2d.run import forward, gspmd_forward, place, reference
 
-__all__ = ["DATA", "MODEL", "SPECS", "Plan", "best_mesh", "compare", "data_parallel", "describe",
-           "megatron_1d", "meshes", "plan", "smallest_batch_per_device", "step_time"]
+__all__ = [
+    "DATA",
+    "MODEL",
+    "SPECS",
+    "Check",
+    "Plan",
+    "Scheme",
+    "as_gspmd",
+    "best_mesh",
+    "check",
+    "compare",
+    "data_parallel",
+    "describe",
+    "draw",
+    "explore_mesh2d",
+    "forward",
+    "found",
+    "gspmd_forward",
+    "megatron_1d",
+    "meshes",
+    "place",
+    "plan",
+    "predicted",
+    "reference",
+    "smallest_batch_per_device",
+    "step_time",
+]

@@ -12,9 +12,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from tpviz import layout
-from tpviz.draw import OKABE_ITO, Animation, frame, gif
-from tpviz.mesh2d.plan import DATA, MODEL, Array, Plan, Scheme
+from tpviz.core import layout
+from tpviz.core.figures import OKABE_ITO, Animation, frame, gif
+from tpviz.mesh2d.choose import Scheme
+from tpviz.mesh2d.plan import DATA, MODEL, Array, Plan
 
 COLOURS = {"X": OKABE_ITO[4], "W₁": OKABE_ITO[0], "W₂": OKABE_ITO[2], "H": OKABE_ITO[6],
            "A": OKABE_ITO[6], "Y": OKABE_ITO[5]}
@@ -36,7 +37,7 @@ def step(p: Plan, k: int, ax=None) -> Figure:
     s = p.steps[k]
     arrays = [*s.operands, s.result] if s.op != "start" else list(s.operands)
     signs = SIGNS[s.op]
-    d, m = p.shape
+    d, m = p.mesh_sizes
     if ax is None:
         height = 1.05 + 0.95 * d
         fig = Figure(figsize=(9, height))  # a fixed layout: constrained layout is slower

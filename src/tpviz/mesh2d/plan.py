@@ -20,7 +20,6 @@ reduce-scatters (W₂ and W₁ gradients along data, X's gradient along model). 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 from collections.abc import Mapping
@@ -28,7 +27,9 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec as P
 
-from tpviz import cost, layout
+from tpviz.core import layout
+from tpviz.core.collectives import Collective, Collectives, html_table, text_table
+from tpviz.core.notation import to_notation
 from tpviz.errors import ShardingError
 
 DATA, MODEL = "data", "model"
@@ -49,7 +50,7 @@ class Array:
 
     @property
     def notation(self) -> str:
-        text = layout.to_notation(self.spec, name=self.name, dims=self.dims)
+        text = to_notation(self.spec, name=self.name, dims=self.dims)
         return text + " {partial sums over model}" * self.partial
 
 
@@ -72,24 +73,6 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Collective:
-    """A collective the plan predicts: kind, mesh axis, devices per group, bytes per device of
-    the result (as the compiled program reports them) and of the unreduced input."""
-
-    kind: str
-    axis: str
-    group: int
-    bytes: int
-    full_bytes: int  # the array the collective moves: gathered result / unscattered input
-    what: str
-
-    @property
-    def sent(self) -> float:
-        """Bytes each device sends (ring): (n-1)/n of the full array."""
-        return (self.group - 1) / self.group * self.full_bytes
-
-
-@dataclass(frozen=True)
 class Plan:
     batch: int
     h1: int
@@ -103,7 +86,7 @@ class Plan:
         return self.mesh[DATA] * self.mesh[MODEL]
 
     @property
-    def shape(self) -> tuple[int, int]:
+    def mesh_sizes(self) -> tuple[int, int]:
         """The mesh shape ``(data, model)``."""
         return self.mesh[DATA], self.mesh[MODEL]
 
@@ -111,13 +94,14 @@ class Plan:
     def itemsize(self) -> int:
         return layout.dtype_size(self.dtype)
 
-    def collectives(self, training: bool = False) -> list[Collective]:
+    def collectives(self, training: bool = False) -> Collectives:
         """The forward pass's collectives; ``training=True`` adds the backward pass's
         (their transposes). Collectives over an axis of size 1 move nothing and are left out."""
-        found = [Collective(s.op, s.axis, s.group, s.bytes, _full(s.op, s.bytes, s.group),
-                            s.what) for s in self.steps if s.communicates]
+        found = Collectives(
+            Collective(s.op, s.bytes, s.group, self.dtype, s.result.local, (s.axis,), what=s.what)
+            for s in self.steps if s.communicates)
         if training:
-            (d, m), size = self.shape, self.itemsize
+            (d, m), size = self.mesh_sizes, self.itemsize
             b, h1, h2 = self.batch // d, self.h1, self.h2
             for kind, axis, local, what in (
                     ("all-gather", MODEL, (b, h1), "all-gather dY along model"),
@@ -126,13 +110,13 @@ class Plan:
                     ("reduce-scatter", MODEL, (b, h1 // m), "reduce-scatter dX along model")):
                 n = self.mesh[axis]
                 if n > 1:
-                    nbytes = math.prod(local) * size
-                    found.append(Collective(kind, axis, n, nbytes, _full(kind, nbytes, n), what))
+                    found.append(Collective(kind, math.prod(local) * size, n, self.dtype, local,
+                                            (axis,), what=what))
         return found
 
     def sent(self, training: bool = True) -> float:
         """Bytes each device sends per step (ring algorithms)."""
-        return sum(c.sent for c in self.collectives(training))
+        return self.collectives(training).sent_bytes()
 
     def flops(self, training: bool = True) -> int:
         """FLOPs per device: two matmuls forward; the backward pass does twice as many."""
@@ -141,7 +125,7 @@ class Plan:
 
     @property
     def memory(self) -> Memory:
-        return _memory(self.batch, self.h1, self.h2, *self.shape, self.itemsize)
+        return _memory(self.batch, self.h1, self.h2, *self.mesh_sizes, self.itemsize)
 
     def rows(self) -> list[tuple]:
         """The step table: step, operation, result, per-device shape, collective, bytes."""
@@ -153,24 +137,13 @@ class Plan:
     _HEAD = ("step", "operation", "result", "per device", "communication", "bytes per device")
 
     def __str__(self) -> str:
-        rows = [tuple(map(str, r)) for r in [self._HEAD, *self.rows()]]
-        width = [max(len(r[i]) for r in rows) for i in range(len(self._HEAD))]
-        return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip()
-                         for r in rows)
+        return text_table(self._HEAD, self.rows())
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{h}</th>" for h in self._HEAD)
-        def cell(v) -> str:  # subscripted mesh axes: X[B<sub>data</sub>, ...]
-            text = f"{v:,}" if isinstance(v, int) else re.sub(r"_\{(\w+)\}", r"<sub>\1</sub>", v)
-            return f"<td>{text}</td>"
+        def subscripts(v: str) -> str:  # subscripted mesh axes: X[B<sub>data</sub>, ...]
+            return re.sub(r"_\{(\w+)\}", r"<sub>\1</sub>", v)
 
-        body = "".join("<tr>" + "".join(map(cell, r)) + "</tr>" for r in self.rows())
-        return (f"<p>{describe(self)}</p><table><thead><tr>{head}</tr></thead>"
-                f"<tbody>{body}</tbody></table>")
-
-
-def _full(kind: str, nbytes: int, group: int) -> int:
-    return nbytes if kind == "all-gather" else nbytes * group
+        return f"<p>{describe(self)}</p>" + html_table(self._HEAD, self.rows(), subscripts)
 
 
 @dataclass(frozen=True)
@@ -217,7 +190,7 @@ def mesh_shape(mesh) -> dict[str, int]:
     return shape
 
 
-def _check_sizes(batch: int, h1: int, h2: int, mesh: dict[str, int]) -> None:
+def check_sizes(batch: int, h1: int, h2: int, mesh: dict[str, int]) -> None:
     for name, value in (("batch", batch), ("h1", h1), ("h2", h2)):
         if not isinstance(value, int) or value < 1:
             raise ShardingError(f"{name} must be a positive integer, got {value!r}.")
@@ -242,7 +215,7 @@ def plan(batch: int, h1: int, h2: int, mesh=(4, 2), dtype="float32") -> Plan:
             ``(data, model)``.
     """
     shape = mesh_shape(mesh)
-    _check_sizes(batch, h1, h2, shape)
+    check_sizes(batch, h1, h2, shape)
     size = layout.dtype_size(dtype)
 
     def array(name, dims, full, spec, partial=False):
@@ -280,118 +253,6 @@ def plan(batch: int, h1: int, h2: int, mesh=(4, 2), dtype="float32") -> Plan:
 
 
 def describe(p: Plan) -> str:
-    d, m = p.shape
+    d, m = p.mesh_sizes
     return (f"{p.devices} devices as data={d} × model={m}; B = {p.batch:,}, H₁ = {p.h1:,}, "
             f"H₂ = {p.h2:,} ({p.dtype})")
-
-
-# --- comparison with data parallelism and 1D Megatron --------------------------------------------
-
-@dataclass(frozen=True)
-class Scheme:
-    """One way to run the MLP on N devices: memory and bytes sent per device."""
-
-    name: str
-    mesh: tuple[int, int]  # (data, model)
-    memory: Memory
-    forward_sent: float
-    step_sent: float  # forward + backward
-    collectives: tuple[Collective, ...]  # of a training step
-
-
-def data_parallel(batch: int, h1: int, h2: int, devices: int, dtype="float32") -> Scheme:
-    """Weights replicated, the batch split: no forward communication, one all-reduce of the
-    gradients (2 H₁ H₂ elements) per step."""
-    _check_sizes(batch, h1, h2, {DATA: devices, MODEL: 1})
-    size = layout.dtype_size(dtype)
-    grads = 2 * h1 * h2 * size
-    c = Collective("all-reduce", DATA, devices, grads, grads, "all-reduce the gradients")
-    sent = 2 * (devices - 1) / devices * grads
-    memory = Memory(grads, grads, (batch // devices * (h1 + h2)) * size)
-    return Scheme("data parallel", (devices, 1), memory, 0.0, sent, (c,) * (devices > 1))
-
-
-def megatron_1d(batch: int, h1: int, h2: int, devices: int, dtype="float32") -> Scheme:
-    """Megatron-LM: X replicated, W₁ by columns, W₂ by rows; one all-reduce of Y forward and
-    one of X's gradient backward (B H₁ elements each)."""
-    _check_sizes(batch, h1, h2, {DATA: 1, MODEL: devices})
-    size = layout.dtype_size(dtype)
-    out = batch * h1 * size
-    c = Collective("all-reduce", MODEL, devices, out, out, "all-reduce Y / dX")
-    sent = 2 * (devices - 1) / devices * out
-    memory = Memory(2 * h1 * h2 // devices * size, 2 * h1 * h2 // devices * size,
-                    (batch * h1 + batch * h2 // devices) * size)
-    return Scheme("1D Megatron", (1, devices), memory, sent, 2 * sent, (c,) * 2 * (devices > 1))
-
-
-def mesh_2d(batch: int, h1: int, h2: int, mesh, dtype="float32") -> Scheme:
-    p = plan(batch, h1, h2, mesh, dtype)
-    d, m = p.shape
-    return Scheme(f"2D {d}×{m}", (d, m), p.memory, p.sent(False), p.sent(True),
-                  tuple(p.collectives(True)))
-
-
-def meshes(batch: int, h1: int, h2: int, devices: int) -> list[tuple[int, int]]:
-    """Every ``(data, model)`` shape of ``devices`` devices that divides the sizes."""
-    out = []
-    for d in range(1, devices + 1):
-        if devices % d == 0:
-            m = devices // d
-            if batch % d == 0 and h1 % d == 0 and h1 % m == 0 and h2 % m == 0:
-                out.append((d, m))
-    return out
-
-
-def compare(batch: int, h1: int, h2: int, devices: int = 8, dtype="float32") -> list[Scheme]:
-    """Data parallelism, 1D Megatron and every 2D mesh shape that fits, on the same devices."""
-    found = []
-    for make in (data_parallel, megatron_1d):
-        with contextlib.suppress(ShardingError):  # it cannot split these sizes so many ways
-            found.append(make(batch, h1, h2, devices, dtype))
-    found += [mesh_2d(batch, h1, h2, s, dtype) for s in meshes(batch, h1, h2, devices)]
-    if not found:
-        raise ShardingError(f"no way to split B = {batch}, H₁ = {h1}, H₂ = {h2} over {devices} "
-                            "devices; use sizes that are multiples of the device count.")
-    return found
-
-
-# --- time: compute versus communication (the Scaling Book's condition) ---------------------------
-
-def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> float:
-    """Bandwidth of one mesh axis. Devices are numbered row-major over (data, model): a model
-    group spans ``m`` consecutive devices, a data group ``d·m``. A group that fits in one node
-    uses the fast link; one that spans nodes, the link between nodes."""
-    span = mesh[MODEL] if axis == MODEL else mesh[DATA] * mesh[MODEL]
-    if system.node and span > system.node:
-        return system.between_nodes
-    return system.bandwidth
-
-
-def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estimate:
-    """Seconds per step: FLOPs at peak versus the collectives at their axis's bandwidth."""
-    comm = sum(cost.collective_time(c.kind, c.full_bytes, axis_bandwidth(system, p.mesh, c.axis))
-               for c in p.collectives(training))
-    return cost.Estimate(p.flops(training) / system.flops, comm)
-
-
-def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.System | None = None,
-              dtype="bf16") -> tuple[int, int]:
-    """The ``(data, model)`` shape with the least communication per training step: the fewest
-    bytes sent per device, or with ``system``, the shortest communication time."""
-    shapes = meshes(batch, h1, h2, devices)
-    if not shapes:
-        raise ShardingError(f"no (data, model) mesh of {devices} devices divides B = {batch}, "
-                            f"H₁ = {h1}, H₂ = {h2}.")
-
-    def comm(shape):
-        p = plan(batch, h1, h2, shape, dtype)
-        return step_time(p, system).comm_s if system else p.sent(True)
-
-    return min(shapes, key=comm)
-
-
-def smallest_batch_per_device(h2: int, system: cost.System) -> float:
-    """The Scaling Book's bound for mixed FSDP + model parallelism with one mesh axis each: the
-    step stays compute-bound only while B / N > 4 α² / H₂, with α = C / W."""
-    alpha = system.flops / system.bandwidth
-    return 4 * alpha**2 / h2

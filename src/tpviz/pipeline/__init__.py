@@ -1,13 +1,17 @@
-"""Pipeline parallelism: schedules, a simulator, stage balancing, drawings (``.draw``) and a real
-pipelined model (``.run``).
+"""Pipeline parallelism (chapter 6): schedules, a simulator, balanced stages, drawings, and a
+pipelined model run for real.
 
-Public contract: ``schedule(name, stages, microbatches, chunks=1)`` and
-``simulate(schedule, forward=1.0, backward=2.0)``.
+Rooms: ``plan`` (``schedule(name, stages, microbatches, chunks=1)``: every device's ops in order;
+``balance``: the best contiguous stages), ``simulate`` (``simulate(schedule, forward=1.0,
+backward=2.0)``: when every op runs, the bubble, peak activations; plan level too), ``run``,
+``draw``, ``explore`` and ``exercises``.
 """
 
-from tpviz.pipeline.balance import Partition, balance
-from tpviz.pipeline.schedules import NAMES, Op, Schedule, ScheduleError, schedule
+from tpviz.errors import ScheduleError
+from tpviz.pipeline import draw
+from tpviz.pipeline.explore import explore_pipeline
+from tpviz.pipeline.plan import NAMES, Op, Partition, Schedule, balance, schedule
 from tpviz.pipeline.simulate import Timeline, bubble_formula, simulate
 
 __all__ = ["NAMES", "Op", "Partition", "Schedule", "ScheduleError", "Timeline", "balance",
-           "bubble_formula", "schedule", "simulate"]
+           "bubble_formula", "draw", "explore_pipeline", "schedule", "simulate"]

@@ -12,7 +12,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from tpviz.draw import Animation, _text_colour, frame, gif, palette
+from tpviz.core.figures import Animation, frame, gif, palette, text_colour
 from tpviz.pipeline.simulate import Timeline, releasing_kind
 
 IDLE = "#e6e6e6"
@@ -72,7 +72,7 @@ def _boxes(ax, t: Timeline, shades: dict, labels: bool) -> None:
             for k, mb, x0, x1, c in zip(kinds, mbs, a, b, colour, strict=True):
                 if x1 - x0 >= wide:
                     ax.text((x0 + x1) / 2, d, f"{k}{mb}", ha="center", va="center", fontsize=7,
-                            color=_text_colour(c))
+                            color=text_colour(c))
     ax.add_collection(PolyCollection(np.concatenate(verts), facecolors=np.concatenate(faces),
                                      edgecolors="white", linewidths=0.5))
 
@@ -96,11 +96,12 @@ def _raster(ax, t: Timeline, shades: dict, width: int = 1600) -> None:
 def held_over_time(t: Timeline, device: int) -> tuple[np.ndarray, np.ndarray]:
     """(times, microbatches held) as a step function: +1 when an F starts, -1 when the op that
     releases the activations (B, or W when split) ends."""
-    release = releasing_kind(any(op.kind == "W" for op in t.schedule.ops[device]))
+    release = releasing_kind(t.schedule.has_weight_ops)
     events = sorted([(a, 1) for op, a, _ in t.spans(device) if op.kind == "F"]
                     + [(b, -1) for op, _, b in t.spans(device) if op.kind == release])
     times = np.array([0.0] + [e[0] for e in events] + [t.makespan])
-    held = np.concatenate([[0], np.cumsum([e[1] for e in events]), [0]])
+    counts = np.cumsum([e[1] for e in events], dtype=int)
+    held = np.concatenate([[0], counts, counts[-1:] if len(counts) else [0]])  # until the end
     return times, held
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tpviz.errors import DeviceSetupError, ShardingError
-from tpviz.pipeline.schedules import Schedule
+from tpviz.pipeline.plan import Schedule
 from tpviz.pipeline.simulate import simulate
 
 
@@ -85,7 +85,7 @@ def run(sched: Schedule, params, x, target, devices) -> Result:
     placed = [jax.device_put(wb, home[s]) for s, wb in enumerate(params)]
     xs = jnp.split(jnp.asarray(x), m)
     ts = jnp.split(jnp.asarray(target), m)
-    split = any(op.kind == "W" for ops in sched.ops for op in ops)
+    split = sched.has_weight_ops
     timeline = simulate(sched)
     order = sorted(((start, d, op) for d in range(p)
                     for op, start, _ in timeline.spans(d)), key=lambda r: (r[0], r[1]))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from tpviz.pipeline.schedules import Op, Schedule, ScheduleError, no_gc
+from tpviz.errors import ScheduleError
+from tpviz.pipeline.plan import Op, Schedule, no_gc
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def _simulate(sched: Schedule, forward: float, backward: float, p2p: float) -> T
     p, v = sched.stages, sched.chunks
     n = p * v  # chunks in the model
     last = n - 1
-    split = any(op[0] == "W" for ops in sched.ops for op in ops)
+    split = sched.has_weight_ops
     cost_f, cost_b = forward / v, backward / v / (2 if split else 1)
     cost_w = backward / v / 2
     # finish times, flat per kind: index microbatch * n + chunk; -1 = not run yet

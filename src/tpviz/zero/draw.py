@@ -5,13 +5,11 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from tpviz.draw import OKABE_ITO, palette
-from tpviz.zero.plan import communication, memory
+from tpviz.core.figures import OKABE_ITO, palette
+from tpviz.zero.plan import CATEGORIES, PARTITIONED, communication, memory
 
-CATEGORIES = ("parameters", "gradients", "optimizer state")
-COLOURS = {"parameters": OKABE_ITO[4], "gradients": OKABE_ITO[0], "optimizer state": OKABE_ITO[2]}
-PARTITIONED = {0: (), 1: ("optimizer state",), 2: ("gradients", "optimizer state"),
-               3: CATEGORIES}
+LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
+COLOURS = {"params": OKABE_ITO[4], "grads": OKABE_ITO[0], "optimizer": OKABE_ITO[2]}
 
 
 def partitions(devices: int = 4) -> Figure:
@@ -67,7 +65,7 @@ def memory_bars(params: float, devices: int, *, capacity: float | None = 80e9, s
         bottom = 0.0
         for category, value in zip(CATEGORIES, (m.params, m.grads, m.optimizer), strict=True):
             ax.bar(s, value / gb, bottom=bottom, color=COLOURS[category], width=0.6,
-                   label=category if s == 0 else None,
+                   label=LABELS[category] if s == 0 else None,
                    edgecolor="black" if s == stage else "none", linewidth=1.5)
             bottom += value / gb
         comm = communication(params, devices, s, param_bytes=param_bytes) / gb

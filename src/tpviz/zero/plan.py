@@ -11,16 +11,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tpviz.errors import TpvizError
+from tpviz.core.collectives import Collective, Collectives
+from tpviz.errors import ZeroError
 
 STAGES = (0, 1, 2, 3)
+CATEGORIES = ("params", "grads", "optimizer")
+# what each stage partitions over the N devices (the rest stays whole on every device)
+PARTITIONED = {0: (), 1: ("optimizer",), 2: ("grads", "optimizer"), 3: CATEGORIES}
+# bytes per parameter of (params, grads, optimizer state)
+PRECISIONS = {"mixed bf16 + fp32 Adam (2 + 2 + 12)": (2, 2, 12),
+              "fp32 Adam (4 + 4 + 8)": (4, 4, 8), "bf16 Adam states (2 + 2 + 4)": (2, 2, 4)}
 # parameter counts of well-known models (GPT-2 small and XL; GPT-3 sizes; the ZeRO paper's 7.5B)
 MODELS = {"GPT-2 (124M)": 124e6, "GPT-2 XL (1.5B)": 1.5e9, "7.5B (ZeRO paper)": 7.5e9,
           "GPT-3 13B": 13e9, "GPT-3 175B": 175e9}
-
-
-class ZeroError(TpvizError, ValueError):
-    """A stage outside 0-3 or a non-positive size."""
 
 
 @dataclass(frozen=True)
@@ -58,29 +61,39 @@ def memory(params: float, devices: int, stage: int, *, param_bytes: float = 2,
     """
     _validate(params, devices, stage, param_bytes=param_bytes, grad_bytes=grad_bytes,
               optimizer_bytes=optimizer_bytes)
-    n = devices
-    return Memory(params * param_bytes / (n if stage >= 3 else 1),
-                  params * grad_bytes / (n if stage >= 2 else 1),
-                  params * optimizer_bytes / (n if stage >= 1 else 1))
+    per = dict(zip(CATEGORIES, (param_bytes, grad_bytes, optimizer_bytes), strict=True))
+    return Memory(**{c: params * per[c] / (devices if c in PARTITIONED[stage] else 1)
+                     for c in CATEGORIES})
+
+
+def collectives(params: float, devices: int, stage: int, *, param_bytes: float = 2
+                ) -> Collectives:
+    """The collectives of one training step (gradients as wide as the parameters).
+
+    Stage 0: an all-reduce of the gradients. Stages 1-2: a reduce-scatter of the gradients and
+    an all-gather of the updated parameters. Stage 3: an all-gather of the parameters for the
+    forward pass and another for the backward pass, and a reduce-scatter of the gradients.
+    """
+    _validate(params, devices, stage, param_bytes=param_bytes)
+    whole, n = params * param_bytes, devices
+    gather = Collective("all-gather", whole, n, what="parameters")
+    scatter = Collective("reduce-scatter", whole / n, n, what="gradients")
+    return Collectives({0: [Collective("all-reduce", whole, n, what="gradients")],
+                        1: [scatter, gather], 2: [scatter, gather],
+                        3: [gather, gather, scatter]}[stage])
 
 
 def communication(params: float, devices: int, stage: int, *, param_bytes: float = 2) -> float:
-    """Bytes each device sends per training step with ring collectives.
-
-    Stages 0-2: an all-reduce of the gradients, or equally a reduce-scatter of the gradients and
-    an all-gather of the updated parameters: 2 (N-1)/N Ψ bytes. Stage 3 gathers the parameters
-    twice (forward and backward) and reduce-scatters the gradients: 3 (N-1)/N Ψ bytes.
-    """
-    _validate(params, devices, stage, param_bytes=param_bytes)
-    n = devices
-    return (3 if stage == 3 else 2) * (n - 1) / n * params * param_bytes
+    """Bytes each device sends per training step with ring collectives: 2 (N-1)/N Ψ bytes at
+    stages 0-2 (an all-reduce is a reduce-scatter and an all-gather), 3 (N-1)/N Ψ at stage 3."""
+    return collectives(params, devices, stage, param_bytes=param_bytes).sent_bytes()
 
 
 def smallest_devices(params: float, stage: int, capacity: float, **sizes) -> int | None:
     """The fewest devices on which the model's training state fits in ``capacity`` bytes each
     (None if no device count is enough: stages 0-2 keep some state whole on every device)."""
     whole = memory(params, 1, stage, **sizes)
-    fixed = {0: whole.total, 1: whole.params + whole.grads, 2: whole.params, 3: 0.0}[stage]
+    fixed = sum(getattr(whole, c) for c in CATEGORIES if c not in PARTITIONED[stage])
     if fixed >= capacity:
         return None
     split = whole.total - fixed

@@ -26,8 +26,10 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tpviz import hlo
-from tpviz.zero.plan import ZeroError, communication, memory
+from tpviz.core import compiled, verify
+from tpviz.core.collectives import Collectives
+from tpviz.errors import ZeroError
+from tpviz.zero.plan import PARTITIONED, STAGES, collectives, communication, memory
 
 AXIS = "data"
 LR, B1, B2, EPS = 1e-2, 0.9, 0.999, 1e-8
@@ -86,16 +88,16 @@ def adam(p, g, m, v, t):
 
 def specs(stage: int) -> tuple[P, P, P, P]:
     """Shardings of (params, grads, m, v) at a stage: P() whole on every device, P(AXIS) 1/N."""
-    split, whole = P(AXIS), P()
-    return {0: (whole, whole, whole, whole), 1: (whole, whole, split, split),
-            2: (whole, split, split, split), 3: (split, split, split, split)}[stage]
+    split = PARTITIONED[stage]
+    return tuple(P(AXIS) if category in split else P()
+                 for category in ("params", "grads", "optimizer", "optimizer"))
 
 
 def step_fn(model: Model, mesh, stage: int):
     """One training step ``(params, grads, m, v, t, x, target) -> (params, grads, m, v, losses)``;
     x and target are split over the devices by rows (data parallelism); ``losses[d]`` is device
     d's loss on its part of the batch."""
-    if stage not in (0, 1, 2, 3):
+    if stage not in STAGES:
         raise ZeroError(f"stage must be 0, 1, 2 or 3, got {stage!r}.")
     n = mesh.shape[AXIS]
 
@@ -163,8 +165,8 @@ class Check:
     params: np.ndarray  # after the steps
     max_error: float  # against one device
     measured: dict[str, int]  # bytes per device, by category
-    collectives: hlo.Collectives  # of one compiled step
-    ring_bytes: float  # bytes each device sends per step, from the compiled collectives
+    collectives: Collectives  # of one compiled step
+    sent_bytes: float  # bytes each device sends per step, from the compiled collectives
     losses: list[float]  # mean loss over the devices, per step (before its update)
 
 
@@ -173,30 +175,30 @@ def check(model: Model, mesh, stage: int, x, target, steps: int = 3) -> Check:
     ``communication`` (float32 parameters and gradients, Adam's m and v: 4 + 4 + 8 bytes).
 
     Raises:
-        AssertionError: the parameters differ from one device's, the measured bytes differ from
+        CheckFailed: the parameters differ from one device's, the measured bytes differ from
             ``memory(...)``, or the compiled collectives from the stage's.
     """
     n = mesh.shape[AXIS]
     state = start(model, mesh, stage)
     step = step_fn(model, mesh, stage)
-    compiled = hlo.compile(step, *state, 1, x, target)
+    program = compiled.compile_for(step, *state, 1, x, target)
     losses = []
     for t in range(1, steps + 1):
-        *state, loss = compiled(*state, t, x, target)
+        *state, loss = program(*state, t, x, target)
         losses.append(float(np.mean(loss)))
     params = np.asarray(state[0])
     want = reference(model, x, target, steps)
-    error = float(np.max(np.abs(params - want)))
-    assert error < 1e-5, f"stage {stage} parameters differ from one device's by {error}"
+    error = verify.close(params, want, f"stage {stage} parameters after {steps} steps", 1e-5)
     measured = bytes_per_device(state)
     plan = memory(model.padded, n, stage, param_bytes=4, grad_bytes=4, optimizer_bytes=8)
-    assert measured == {"params": plan.params, "grads": plan.grads,
-                        "optimizer": plan.optimizer}, (measured, plan)
-    found = hlo.parse(compiled.as_text())
-    expected = {0: {"all-reduce": 1}, 1: {"reduce-scatter": 1, "all-gather": 1},
-                2: {"reduce-scatter": 1, "all-gather": 1},
-                3: {"all-gather": 2, "reduce-scatter": 1}}[stage]
-    assert dict(found.kinds()) == expected, f"stage {stage}: found {dict(found.kinds())}"
-    sent = sum(c.ring_bytes for c in found)
-    assert math.isclose(sent, communication(model.padded, n, stage, param_bytes=4)), sent
+    verify.same(measured, {"params": plan.params, "grads": plan.grads,
+                           "optimizer": plan.optimizer}, f"stage {stage}: bytes per device")
+    found = compiled.collectives(program)
+    planned = collectives(model.padded, n, stage, param_bytes=4)
+    verify.same(sorted((c.kind, c.bytes) for c in found),
+                sorted((c.kind, c.bytes) for c in planned),
+                f"stage {stage}: the compiled step's collectives (kind, bytes per device)")
+    sent = found.sent_bytes()
+    verify.require(math.isclose(sent, communication(model.padded, n, stage, param_bytes=4)),
+                   f"stage {stage}: the compiled collectives send {sent} bytes per device")
     return Check(stage, params, error, measured, found, sent, losses)

@@ -1,0 +1,82 @@
+"""A roofline-style cost model: time to compute versus time to communicate.
+
+Compute takes FLOPs / peak FLOP/s. A collective takes the α–β time of
+:meth:`tpviz.core.collectives.Collective.time`: ``steps · α + bytes sent / W``, where W is the
+bandwidth with which one device sends into the collective (its egress over the links its group
+uses, one direction). With ring algorithms an all-gather or a reduce-scatter of a V-byte array
+sends (n-1)/n · V per device, an all-reduce twice that: for large n the Scaling Book's V / W and
+2V / W. Whichever of compute and communication is larger bounds the step when the two overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class System:
+    """One kind of accelerator and the link its collectives use.
+
+    Attributes:
+        flops: peak dense bf16 FLOP/s of one device.
+        bandwidth: W, bytes/s one device sends (one direction) in a collective over one mesh
+            axis: on a TPU torus axis its two links (one each way round the ring), on a GPU its
+            NVLink bandwidth into the switch.
+        source: where the numbers come from (a key of ``references.bib``).
+        node: devices that share the fast link (0: all of them, as on a TPU pod's ICI).
+        between_nodes: bytes/s one device sends to other nodes (used when ``node`` is set).
+        latency: α, seconds per step of a collective algorithm.
+    """
+
+    name: str
+    flops: float
+    bandwidth: float
+    source: str
+    node: int = 0
+    between_nodes: float = 0.0
+    latency: float = 0.0
+
+
+SYSTEMS = {
+    # TPU numbers: the Scaling Book's tables; W = bidirectional ICI bandwidth of one axis
+    "TPU v5e (ICI)": System("TPU v5e (ICI)", 1.97e14, 9.0e10, "austin2025scaling"),
+    "TPU v5p (ICI)": System("TPU v5p (ICI)", 4.59e14, 1.8e11, "austin2025scaling"),
+    # H100 SXM: 989 TFLOP/s dense bf16; NVLink 4 900 GB/s in both directions = 450 GB/s each way
+    "H100 (NVLink)": System("H100 (NVLink)", 9.89e14, 4.5e11, "nvidia2023h100"),
+    # the same GPU in a box whose only link is PCIe 4.0 x16: 16 GT/s x 16 lanes ≈ 31.5 GB/s
+    "H100 (PCIe 4.0 x16)": System("H100 (PCIe 4.0 x16)", 9.89e14, 3.15e10, "pcisig2017pcie4"),
+    # a cluster of 8-GPU H100 nodes: NVLink inside a node, one 400 Gb/s InfiniBand NIC per GPU
+    # (50 GB/s each way) between nodes; the Scaling Book's GPU chapter
+    "H100 cluster (NVLink + InfiniBand)": System("H100 cluster (NVLink + InfiniBand)", 9.89e14,
+                                                 4.5e11, "austin2025scaling", node=8,
+                                                 between_nodes=5.0e10),
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds of compute and of communication for one step."""
+
+    compute_s: float
+    comm_s: float
+
+    @property
+    def bound(self) -> str:
+        """ "compute" when computing takes at least as long as communicating, else
+        "communication"."""
+        return "compute" if self.compute_s >= self.comm_s else "communication"
+
+    @property
+    def overlapped_s(self) -> float:
+        return max(self.compute_s, self.comm_s)
+
+    @property
+    def serial_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+
+def estimate(flops: float, collectives, system: System) -> Estimate:
+    """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each at
+    the system's bandwidth and latency."""
+    comm = sum(c.time(system.bandwidth, system.latency) for c in collectives)
+    return Estimate(flops / system.flops, comm)

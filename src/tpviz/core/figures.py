@@ -1,0 +1,133 @@
+"""What every figure shares: the palette, arrays drawn as blocks, PNG and animated GIF.
+
+Figures are ``matplotlib.figure.Figure`` objects outside pyplot (a notebook shows a returned
+figure once, as the cell's value). The topics draw their plans with these pieces.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from PIL import Image
+
+from tpviz.errors import ShardingError
+
+# Okabe & Ito's colour-blind-safe palette; beyond 8 blocks, samples of cividis (also CVD-safe).
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7",
+             "#999999")
+
+
+def palette(n: int) -> list:
+    """``n`` distinguishable colours, colour-blind safe."""
+    if n <= len(OKABE_ITO):
+        return list(OKABE_ITO[:n])
+    return [plt.get_cmap("cividis")(v) for v in np.linspace(0.05, 0.95, n)]
+
+
+def text_colour(colour) -> str:
+    r, g, b = plt.matplotlib.colors.to_rgb(colour)
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def _device_label(devices: Sequence[int]) -> str:
+    if len(devices) <= 4:
+        return "\n".join(f"D{d}" for d in devices)
+    return f"D{devices[0]}, D{devices[1]}, …\n({len(devices)} devices)"
+
+
+def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...], Sequence[int]]],
+                  title: str = "", ax=None, labels: bool = True) -> Figure:
+    """Draw a 1D or 2D array as blocks; ``blocks`` is a list of (slices, device ids);
+    ``labels=False`` leaves out the device names (faster for many blocks)."""
+    shape = tuple(shape)
+    if len(shape) not in (1, 2):
+        raise ShardingError(
+            f"can only draw 1D or 2D arrays, got shape {shape}; draw a 2D slice instead."
+        )
+    rows, cols = (1, shape[0]) if len(shape) == 1 else shape
+    if ax is None:
+        aspect = rows / cols
+        w = 4.2 if aspect >= 1 else 5.2
+        # a Figure outside pyplot: a notebook shows it once (as the cell's value), never twice
+        fig = Figure(figsize=(w, max(1.4, min(4.2, w * aspect)) + 0.5), layout="constrained")
+        ax = fig.subplots()
+    fig = ax.figure
+    colours = palette(len(blocks))
+    for (slices, devices), colour in zip(blocks, colours, strict=True):
+        rs, cs = (slice(0, 1), slices[0]) if len(shape) == 1 else slices
+        ax.add_patch(plt.Rectangle((cs.start, rs.start), cs.stop - cs.start, rs.stop - rs.start,
+                                   facecolor=colour, edgecolor="white", linewidth=2))
+        size = 9 if len(blocks) <= 8 else 7
+        if labels:
+            ax.text((cs.start + cs.stop) / 2, (rs.start + rs.stop) / 2, _device_label(devices),
+                    ha="center", va="center", fontsize=size, color=text_colour(colour))
+    ax.set_xlim(0, cols)
+    ax.set_ylim(rows, 0)
+    ax.set_xticks([0, cols])
+    ax.set_yticks([] if len(shape) == 1 else [0, rows])
+    ax.set_aspect("auto")
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+class Animation:
+    """An animated GIF; shows itself as an ``<img>`` in notebooks and in the static book."""
+
+    def __init__(self, gif: bytes, alt: str):
+        self.gif, self.alt = gif, alt
+
+    def _repr_html_(self) -> str:
+        data = base64.b64encode(self.gif).decode()
+        return f'<img src="data:image/gif;base64,{data}" alt="{self.alt}"/>'
+
+
+def frame(canvas: FigureCanvasAgg) -> Image.Image:
+    """The figure on ``canvas`` as an RGB image (draws it first)."""
+    canvas.draw()
+    return Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB")
+
+
+def gif(images: Sequence[Image.Image], alt: str, ms_per_frame: int = 250) -> Animation:
+    """An :class:`Animation` that shows ``images`` in turn, forever."""
+    buf = io.BytesIO()
+    images[0].save(buf, format="gif", save_all=True, append_images=list(images[1:]),
+                   duration=ms_per_frame, loop=0)
+    return Animation(buf.getvalue(), alt)
+
+
+def _show_figures_in_notebooks() -> None:
+    """Let a notebook show a returned Figure (ours live outside pyplot, so no backend shows them).
+
+    Registers a PNG formatter for ``Figure`` only where the front end has none of its own.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    formatter = shell.display_formatter.formatters["image/png"]
+    try:
+        formatter.lookup_by_type(Figure)
+    except KeyError:
+        formatter.for_type(Figure, png)
+
+
+def png(fig: Figure) -> bytes:
+    """The figure as PNG bytes at 100 dpi."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)  # layouts are fixed or constrained: no "tight" pass
+    return buf.getvalue()
+
+
+
+_show_figures_in_notebooks()

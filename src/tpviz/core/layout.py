@@ -1,0 +1,135 @@
+"""Plan-level layouts: per-device shapes, bytes and blocks of a sharded array.
+
+No devices and no JAX tracing here: a layout is a shape, a ``PartitionSpec`` (or the notation
+of :mod:`tpviz.core.notation`) and a mesh shape (a mapping axis name -> size).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+from jax.sharding import PartitionSpec
+
+from tpviz.core.notation import as_spec, axes_of
+from tpviz.errors import ShardingError
+
+MeshShape = Mapping[str, int]
+
+_SHORT_DTYPES = {"bf16": ml_dtypes.bfloat16, "bfloat16": ml_dtypes.bfloat16, "f32": np.float32,
+                 "f16": np.float16, "f64": np.float64, "s8": np.int8, "i8": np.int8,
+                 "u8": np.uint8, "s32": np.int32, "i32": np.int32, "fp8": ml_dtypes.float8_e4m3fn}
+
+
+def dtype_of(dtype) -> np.dtype:
+    """A numpy dtype from a numpy/JAX dtype or a name such as ``"bf16"`` or ``"int8"``."""
+    try:
+        return np.dtype(_SHORT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+    except TypeError:
+        raise ShardingError(
+            f"unknown dtype {dtype!r}; use e.g. 'float32', 'bf16' or 'int8'."
+        ) from None
+
+
+def dtype_size(dtype) -> int:
+    """Bytes of one element."""
+    return dtype_of(dtype).itemsize
+
+
+def validate(shape: Sequence[int], spec, mesh_shape: MeshShape) -> PartitionSpec:
+    """Validate that ``spec`` can shard an array of ``shape`` over ``mesh_shape``; return the spec.
+
+    Raises:
+        ShardingError: more spec entries than dimensions, an unknown or repeated mesh axis, or a
+            dimension not divisible by the product of its mesh axes.
+    """
+    spec = as_spec(spec)
+    shape = tuple(shape)
+    if len(spec) > len(shape):
+        raise ShardingError(
+            f"the spec {spec} has {len(spec)} entries but the array has only {len(shape)} "
+            f"dimensions {shape}; give at most one entry per dimension."
+        )
+    seen: list[str] = []
+    for dim, entry in enumerate(spec):
+        for axis in axes_of(entry):
+            if axis not in mesh_shape:
+                raise ShardingError(
+                    f"unknown mesh axis {axis!r} in {spec}; the mesh has axes "
+                    f"{', '.join(map(repr, mesh_shape))}."
+                )
+            if axis in seen:
+                raise ShardingError(
+                    f"mesh axis {axis!r} is used twice in {spec}; a mesh axis can split only one "
+                    "dimension of an array."
+                )
+            seen.append(axis)
+        parts = math.prod(mesh_shape[a] for a in axes_of(entry))
+        if shape[dim] % parts:
+            raise ShardingError(
+                f"dimension {dim} of the array (size {shape[dim]}) does not divide into {parts} "
+                f"equal parts over mesh axes {axes_of(entry)}; choose a size that is a multiple of "
+                f"{parts}, or shard that dimension over fewer devices."
+            )
+    return spec
+
+
+def shard_shape(shape: Sequence[int], spec, mesh_shape: MeshShape) -> tuple[int, ...]:
+    """The shape of the block each device holds: every dimension divided by its mesh axes."""
+    spec = validate(shape, spec, mesh_shape)
+    entries = list(spec) + [None] * (len(shape) - len(spec))
+    return tuple(
+        size // math.prod(mesh_shape[a] for a in axes_of(e))
+        for size, e in zip(shape, entries, strict=True)
+    )
+
+
+def bytes_per_device(shape: Sequence[int], dtype, spec, mesh_shape: MeshShape) -> int:
+    """Bytes of the block each device holds, e.g. int8[128, 2048] as A[I_XY, J] on
+    {X: 2, Y: 8, Z: 2}: 128/16 * 2048 = 16,384 bytes."""
+    return math.prod(shard_shape(shape, spec, mesh_shape)) * dtype_size(dtype)
+
+
+def replication(spec, mesh_shape: MeshShape) -> int:
+    """How many devices hold each block: the product of the mesh axes the spec does not use."""
+    used = {a for e in as_spec(spec) for a in axes_of(e)}
+    return math.prod(s for a, s in mesh_shape.items() if a not in used)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block of a sharded array: its block index, the slices it covers, who holds it."""
+
+    index: tuple[int, ...]
+    slices: tuple[slice, ...]
+    devices: tuple[int, ...]  # flat positions in the mesh (row-major over the mesh axes)
+
+
+def blocks(shape: Sequence[int], spec, mesh_shape: MeshShape) -> list[Block]:
+    """Every block of the array and the mesh positions that hold it, replication included.
+
+    A dimension split over several axes ``(X, Y)`` is numbered ``X`` major: block ``x * |Y| + y``.
+    """
+    spec = validate(shape, spec, mesh_shape)
+    entries = list(spec) + [None] * (len(shape) - len(spec))
+    local = shard_shape(shape, spec, mesh_shape)
+    names = list(mesh_shape)
+    holders: dict[tuple[int, ...], list[int]] = {}
+    for flat, coord in enumerate(itertools.product(*(range(mesh_shape[a]) for a in names))):
+        at = dict(zip(names, coord, strict=True))
+        index = []
+        for e in entries:
+            i = 0
+            for a in axes_of(e):
+                i = i * mesh_shape[a] + at[a]
+            index.append(i)
+        holders.setdefault(tuple(index), []).append(flat)
+    return [
+        Block(idx, tuple(slice(i * n, (i + 1) * n) for i, n in zip(idx, local, strict=True)),
+              tuple(devs))
+        for idx, devs in sorted(holders.items())
+    ]

@@ -1,0 +1,113 @@
+"""The Scaling Book's sharding notation, to and from ``PartitionSpec``.
+
+``A[I_XY, J]`` means: the rows of ``A`` are split over mesh axes ``X`` and ``Y`` (``X`` major),
+the columns are replicated. Multi-letter axis names are written in braces:
+``A[I_{data}, J_{model}]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from jax.sharding import PartitionSpec
+
+from tpviz.errors import NotationError
+
+DIM_LETTERS = "IJKLMN"
+
+
+def axes_of(entry) -> tuple[str, ...]:
+    """The mesh axes of one ``PartitionSpec`` entry: ``None`` -> (), ``"X"`` -> ("X",)."""
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple | list) else (entry,)
+
+
+@dataclass(frozen=True)
+class Notation:
+    """A parsed notation string: the array's name, its dimension letters and its spec."""
+
+    name: str
+    dims: tuple[str, ...]
+    spec: PartitionSpec
+
+    def __str__(self) -> str:
+        return to_notation(self.spec, name=self.name, dims=self.dims)
+
+
+_ARRAY_RE = re.compile(r"^\s*([A-Za-z][\w']*)\s*\[(.*)\]\s*$")
+_DIM_RE = re.compile(r"^([A-Za-z][\w]*?)(?:_(\{[^}]*\}|[A-Za-z]+))?$")
+
+
+def parse(notation: str) -> Notation:
+    """Parse ``"A[I_XY, J]"`` into ``Notation("A", ("I", "J"), PartitionSpec(("X", "Y"), None))``.
+
+    Raises:
+        NotationError: the string is not of the form ``NAME[DIM_AXES, ...]``.
+    """
+    if not isinstance(notation, str):
+        raise NotationError(f"expected a notation string such as 'A[I_X, J]', got {notation!r}.")
+    m = _ARRAY_RE.match(notation)
+    if not m:
+        raise NotationError(
+            f"cannot read {notation!r}: write an array name and its dimensions in brackets, "
+            "e.g. 'A[I_X, J]' (rows split over mesh axis X, columns replicated)."
+        )
+    name, body = m.groups()
+    dims, entries = [], []
+    for part in (p.strip() for p in re.split(r",(?![^{]*\})", body)):  # commas outside {}
+        d = _DIM_RE.match(part)
+        if not d:
+            raise NotationError(
+                f"cannot read the dimension {part!r} in {notation!r}: write a letter, optionally "
+                "followed by _ and the mesh axes, e.g. 'I', 'I_X', 'I_XY' or 'I_{data,model}'."
+            )
+        letter, sub = d.groups()
+        if sub is None:
+            axes: tuple[str, ...] = ()
+        elif sub.startswith("{"):
+            axes = tuple(a.strip() for a in sub[1:-1].split(",") if a.strip())
+        else:
+            axes = tuple(sub)  # single-letter axis names, concatenated: XY -> (X, Y)
+        dims.append(letter)
+        entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+    spec = PartitionSpec(*entries)
+    used = [a for e in entries for a in axes_of(e)]
+    if len(set(used)) != len(used):
+        twice = sorted({a for a in used if used.count(a) > 1})
+        raise NotationError(
+            f"{notation!r} uses mesh axis {', '.join(twice)} on more than one dimension; a mesh "
+            "axis can split at most one dimension of an array."
+        )
+    return Notation(name, tuple(dims), spec)
+
+
+def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None = None,
+                ndim: int | None = None) -> str:
+    """Print a ``PartitionSpec`` in the notation: ``P("X", None)`` -> ``"A[I_X, J]"``."""
+    ndim = max(len(spec), ndim or 0, len(dims or ()))
+    dims = tuple(dims) if dims else tuple(DIM_LETTERS[:ndim])
+    entries = list(spec) + [None] * (ndim - len(spec))
+    parts = []
+    for letter, entry in zip(dims, entries, strict=True):
+        axes = axes_of(entry)
+        if not axes:
+            parts.append(letter)
+        elif all(len(a) == 1 for a in axes):
+            parts.append(f"{letter}_{''.join(axes)}")
+        else:
+            parts.append(f"{letter}_{{{','.join(axes)}}}")
+    return f"{name}[{', '.join(parts)}]"
+
+
+def as_spec(spec_or_notation) -> PartitionSpec:
+    """Accept a ``PartitionSpec``, a notation string, or a tuple of entries."""
+    if isinstance(spec_or_notation, PartitionSpec):
+        return spec_or_notation
+    if isinstance(spec_or_notation, str):
+        return parse(spec_or_notation).spec
+    return PartitionSpec(*spec_or_notation)
+
+

@@ -1,0 +1,96 @@
+"""Widgets: a few controls that re-plan and redraw, shared by every topic's ``explore`` room.
+
+Each ``explore_*`` returns a :class:`Live` object (built with :func:`live`). In Jupyter or
+Colab it shows the live controls; in the static book (where no kernel runs) it shows a figure of
+the default settings and says that the controls are live when the notebook runs.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from IPython.display import HTML, Image, display
+from matplotlib.figure import Figure
+
+from tpviz.core import figures
+from tpviz.errors import TpvizError
+
+STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
+               "(Jupyter, Colab or Binder).")
+
+
+def png(fig: Figure) -> bytes:
+    """Render a figure to PNG bytes (and close it if pyplot manages it)."""
+    data = figures.png(fig)
+    plt.close(fig)
+    return data
+
+
+class Live:
+    """A widget plus a static figure of its default state, chosen by the front end.
+
+    The MIME bundle carries both: front ends that run widgets (Jupyter, Colab) show the widget;
+    the book is configured to drop the widget view, and shows the figure (after ``html``, a table
+    the figure goes with, if any) and a note instead.
+    """
+
+    def __init__(self, widget: widgets.Widget, static: bytes, note: str = STATIC_NOTE,
+                 html: str = ""):
+        self.widget, self.static, self.note, self.html = widget, static, note, html
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = self.widget._repr_mimebundle_()
+        data = base64.b64encode(self.static).decode()
+        bundle["text/html"] = (f'{self.html}<figure><img src="data:image/png;base64,{data}" '
+                               f'alt="{self.note}"/><figcaption><em>{self.note}</em>'
+                               "</figcaption></figure>")
+        bundle["text/plain"] = self.note
+        return bundle
+
+
+Rendered = Figure | str | tuple[str, Figure]
+
+
+def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendered]) -> Live:
+    """Wire ``controls`` to ``render(**values)``: a figure, ``(html, figure)`` (a table shown
+    above the figure: HTML costs the redraw nothing), or a message for bad settings."""
+    out = widgets.Output()
+
+    def show(result: Rendered) -> None:
+        if isinstance(result, tuple):
+            display(HTML(result[0]))
+            result = result[1]
+        if isinstance(result, Figure):
+            display(result)
+            plt.close(result)
+        else:
+            print(result)
+
+    def redraw(_=None):
+        values = {k: w.value for k, w in controls.items()}
+        with out:
+            out.clear_output(wait=True)
+            try:
+                result = render(**values)
+            except TpvizError as e:  # bad settings: say why, keep the controls alive
+                result = f"⚠ {e}"
+            show(result)
+
+    for w in controls.values():
+        w.observe(redraw, names="value")
+    first = render(**{k: w.value for k, w in controls.items()})
+    html, fig = first if isinstance(first, tuple) else ("", first)
+    static = png(fig)
+    with out:
+        if html:
+            display(HTML(html))
+        display(Image(static))
+    rows = [list(controls.values())[i:i + 3] for i in range(0, len(controls), 3)]
+    box = widgets.VBox([*(widgets.HBox(r) for r in rows), out])
+    return Live(box, static, html=html)
+
+
+STYLE = {"description_width": "initial"}

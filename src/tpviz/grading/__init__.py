@@ -1,0 +1,1 @@
+"""For instructors: the student version of the chapters (and, later, grading)."""

@@ -1,0 +1,34 @@
+"""``explore_layout``: a mesh shape and a sharding in the notation → who holds which block."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from tpviz.core.notation import parse
+from tpviz.core.widgets import STYLE, Live, live
+from tpviz.layouts.draw import sharding
+
+MESHES = {"X=8": {"X": 8}, "X=2, Y=4": {"X": 2, "Y": 4}, "X=4, Y=2": {"X": 4, "Y": 2},
+          "X=2, Y=2, Z=2": {"X": 2, "Y": 2, "Z": 2}}
+
+
+def render_layout(mesh: str, notation: str, rows: int, cols: int, dtype: str) -> Figure:
+    """The figure ``explore_layout`` shows for one setting (also used by the benchmarks)."""
+    parsed = parse(notation)
+    return sharding((rows, cols), parsed.spec, MESHES[mesh], name=parsed.name, dtype=dtype)
+
+
+def explore_layout(mesh: str = "X=2, Y=4", notation: str = "A[I_X, J_Y]", rows: int = 8,
+                   cols: int = 16, dtype: str = "float32") -> Live:
+    """Mesh shape and sharding notation → the layout drawing and the bytes each device holds."""
+    controls = {
+        "mesh": widgets.Dropdown(options=list(MESHES), value=mesh, description="mesh", style=STYLE),
+        "notation": widgets.Text(value=notation, description="sharding", continuous_update=False,
+                                 style=STYLE),
+        "dtype": widgets.Dropdown(options=["float32", "bf16", "int8"], value=dtype,
+                                  description="dtype", style=STYLE),
+        "rows": widgets.IntSlider(value=rows, min=1, max=32, description="rows", style=STYLE),
+        "cols": widgets.IntSlider(value=cols, min=1, max=32, description="columns", style=STYLE),
+    }
+    return live(controls, render_layout)

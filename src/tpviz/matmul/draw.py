@@ -1,0 +1,33 @@
+"""The figure of a sharded matmul plan: who holds and computes which block, and what moves."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from tpviz.core import cost, layout
+from tpviz.core.figures import blocks_figure
+from tpviz.core.notation import to_notation
+
+
+def figure(p, *, system=None) -> Figure:
+    """``X · W = Y`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
+    of each operand, who computes which block of Y, and (below) what moves between devices."""
+    fig = Figure(figsize=(10, 3.9))  # a fixed layout: constrained layout would double the time
+    axes = fig.subplots(1, 3, width_ratios=[p.x_shape[1], p.w_shape[1], p.w_shape[1]],
+                        gridspec_kw={"left": 0.05, "right": 0.98, "top": 0.68, "bottom": 0.1,
+                                     "wspace": 0.25})
+    arrays = [("X", ("B", "D"), p.x_shape, p.x_spec), ("W", ("D", "F"), p.w_shape, p.w_spec),
+              ("Y", ("B", "F"), (p.x_shape[0], p.w_shape[1]), p.y_spec)]
+    for ax, (name, dims, shape, spec) in zip(axes, arrays, strict=True):
+        bs = layout.blocks(shape, spec, p.mesh_shape)
+        blocks_figure(shape, [(b.slices, b.devices) for b in bs],
+                      to_notation(spec, name=name, dims=dims), ax=ax)
+    moves = [f"{c.kind} of {c.what} over {'×'.join(c.axes)} ({c.group_size} devices): "
+             f"{c.bytes:,} bytes per device" for c in p.collectives] or ["no communication"]
+    lines = [p.describe(), *moves, f"{p.flops:,} FLOPs per device"]
+    if system is not None:
+        e = cost.estimate(p.flops, p.collectives, system)
+        lines.append(f"{system.name}: compute {e.compute_s * 1e6:.2f} µs, communication "
+                     f"{e.comm_s * 1e6:.2f} µs → {e.bound}-bound")
+    fig.suptitle("\n".join(lines), fontsize=9, x=0.01, y=0.99, ha="left", va="top")
+    return fig

@@ -1,0 +1,96 @@
+"""Checkers for chapter 1: sharded matrix multiplication."""
+
+from __future__ import annotations
+
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from tpviz.core import compiled
+from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number
+from tpviz.errors import ShardingError
+from tpviz.matmul.plan import plan
+
+MESH = {"X": 2, "Y": 4}
+# Which case of the chapter applies? (X sharding, W sharding) on the mesh {X: 2, Y: 4}
+CASES = {"a": ("X[B_X, D]", "W[D, F_Y]"), "b": ("X[B, D_Y]", "W[D, F]"),
+         "c": ("X[B_X, D_Y]", "W[D_Y, F]"), "d": ("X[B_X, D]", "W[D, F_X]")}
+
+
+def _case(x: str, w: str) -> int:
+    try:
+        return plan((64, 64), (64, 64), x, w, MESH).case
+    except ShardingError:
+        return 4
+
+
+def _sharded_product(fn, x, w, want: PartitionSpec, kinds: dict, hint: str,
+                     because: dict[str, str] | None = None):
+    """Run the learner's program; check the values, the collectives and the output sharding.
+
+    ``because`` maps a collective kind the program should not hold to a specific message."""
+    y = call(fn, x, w, what="your program")
+    expect_array(y, np.asarray(x) @ np.asarray(w), what="the result", rtol=1e-4, atol=1e-3,
+                 hint=hint)
+    found = compiled.collectives(fn, x, w)
+    for kind, message in (because or {}).items():
+        if kind in found.kinds():
+            raise Wrong(message, hint)
+    if dict(found.kinds()) != kinds:
+        raise Wrong(f"the compiled program holds {dict(found.kinds()) or 'no collectives'}; "
+                    f"expected {kinds or 'none'}.", hint)
+    sharding = getattr(y, "sharding", None)
+    if not isinstance(sharding, NamedSharding) or not sharding.is_equivalent_to(
+            NamedSharding(sharding.mesh, want), y.ndim):
+        raise Wrong(f"the result is laid out as {getattr(sharding, 'spec', sharding)}; "
+                    f"expected {want}.", "Check out_specs.")
+    return found
+
+
+@checker("Column-parallel matmul")
+def check_column_parallel(fn, x, w) -> str:
+    """X[B, D] · W[D, F_X] → Y[B, F_X] under shard_map, without communication."""
+    _sharded_product(fn, x, w, PartitionSpec(None, "X"), {},
+                     "Split W by columns (in_specs P(None, 'X')), keep X whole (P()), and return "
+                     "each device's columns of Y (out_specs P(None, 'X')); no collective needed.")
+    return "Each device computed its own columns of Y; nothing moved."
+
+
+@checker("Reduce-scatter matmul")
+def check_reduce_scatter(fn, x, w) -> str:
+    """X[B, D_X] · W[D_X, F] → Y[B, F_X] with a single reduce-scatter."""
+    hint = ("Multiply the local blocks into partial sums, then jax.lax.psum_scatter(y, 'X', "
+            "scatter_dimension=1, tiled=True); out_specs P(None, 'X').")
+    found = _sharded_product(
+        fn, x, w, PartitionSpec(None, "X"), {"reduce-scatter": 1}, hint,
+        because={"all-reduce": "your program all-reduces the whole partial product; each device "
+                               "then keeps only 1/N of it."})
+    return f"One reduce-scatter: {found[0].bytes:,} bytes per device, half of an all-reduce's work."
+
+
+@checker("Bytes of an all-gather")
+def check_all_gather_bytes(answer) -> str:
+    """X = bf16[1024, 4096] as X[B_X, D_Y], W[D, F]: bytes per device of the all-gather's result."""
+    p = plan((1024, 4096), (4096, 4096), "X[B_X, D_Y]", "W[D, F]", MESH, dtype="bf16")
+    (gather,) = p.collectives
+    if answer == 512 * 1024 * 2:
+        raise Wrong("that is the block each device holds before the all-gather.",
+                    "After gathering along D each device holds all of D for its rows.")
+    if answer == 1024 * 4096 * 2:
+        raise Wrong("that is the whole of X.", "B stays split over X: only D is gathered.")
+    expect_number(answer, gather.bytes, hint="Rows: 1024 / 2; columns: all 4096; 2 bytes each.")
+    return f"Each device ends with X[B_X, D]: {gather.bytes:,} bytes."
+
+
+@checker("Which case applies")
+def check_cases(answers) -> str:
+    """A dict from the keys of ``CASES`` to 1, 2, 3 or 4."""
+    if not isinstance(answers, dict) or set(answers) != set(CASES):
+        raise Wrong(f"give a dict with the keys {sorted(CASES)}, e.g. {{'a': 1, ...}}.")
+    wrong = [k for k, (x, w) in CASES.items() if answers[k] != _case(x, w)]
+    if wrong:
+        k = wrong[0]
+        raise Wrong(f"{len(wrong)} of 4 wrong, e.g. ({k}) {CASES[k][0]} · {CASES[k][1]} is "
+                    f"not case {answers[k]}.",
+                    "Look at D first: sharded in neither, one, or both operands? Then: do B and F "
+                    "share a mesh axis?")
+    return "All four right."

@@ -1,0 +1,54 @@
+"""``explore_matmul``: shapes, mesh and shardings of X and W → the drawing and the cost model."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import jax.numpy as jnp
+from matplotlib.figure import Figure
+
+from tpviz.core import compiled, cost
+from tpviz.core.notation import parse
+from tpviz.core.widgets import STYLE, Live, live
+from tpviz.devices import make_mesh
+from tpviz.layouts.explore import MESHES
+from tpviz.matmul.draw import figure
+from tpviz.matmul.plan import plan
+from tpviz.matmul.run import explicit
+
+
+def render_matmul(mesh: str, x: str, w: str, b: int, d: int, f: int, system: str,
+                  reduce_scatter: bool = False, show_compiled: bool = False) -> Figure:
+    """The figure ``explore_matmul`` shows; with ``show_compiled``, also the compiled program's
+    collectives."""
+    p = plan((b, d), (d, f), parse(x).spec, parse(w).spec, MESHES[mesh],
+                    dtype="bf16", reduce_scatter=reduce_scatter)
+    fig = figure(p, system=cost.SYSTEMS[system])
+    if show_compiled:
+        m = make_mesh(tuple(MESHES[mesh].values()), tuple(MESHES[mesh]))
+        found = compiled.collectives(explicit(p, m), jnp.zeros((b, d), jnp.bfloat16),
+                                jnp.zeros((d, f), jnp.bfloat16))
+        text = "; ".join(f"{c.kind} {c.dtype}{list(c.shape)} ({c.bytes:,} bytes) over "
+                         f"{c.group_size} devices" for c in found) or "no collectives"
+        fig.text(0.5, 0.01, f"compiled shard_map program: {text}", fontsize=9, ha="center")
+    return fig
+
+
+def explore_matmul(mesh: str = "X=2, Y=4", x: str = "X[B_X, D_Y]", w: str = "W[D_Y, F]",
+                   b: int = 1024, d: int = 4096, f: int = 4096,
+                   system: str = "TPU v5e (ICI)") -> Live:
+    """Shapes, mesh and shardings of X and W → the drawing, what moves, and the cost model."""
+    sizes = [256, 512, 1024, 2048, 4096, 8192, 16384]
+    controls = {
+        "mesh": widgets.Dropdown(options=list(MESHES), value=mesh, description="mesh", style=STYLE),
+        "x": widgets.Text(value=x, description="X", continuous_update=False, style=STYLE),
+        "w": widgets.Text(value=w, description="W", continuous_update=False, style=STYLE),
+        "b": widgets.SelectionSlider(options=sizes, value=b, description="B", style=STYLE),
+        "d": widgets.SelectionSlider(options=sizes, value=d, description="D", style=STYLE),
+        "f": widgets.SelectionSlider(options=sizes, value=f, description="F", style=STYLE),
+        "system": widgets.Dropdown(options=list(cost.SYSTEMS), value=system,
+                                   description="system", style=STYLE),
+        "reduce_scatter": widgets.Checkbox(value=False, description="reduce-scatter (case 3)"),
+        "show_compiled": widgets.Checkbox(value=False,
+                                          description="compile and list collectives"),
+    }
+    return live(controls, render_matmul)

@@ -1,0 +1,169 @@
+"""Sharded matrix multiplication Y[B, F] = X[B, D] · W[D, F]: the plan (no devices).
+
+The four cases of the Scaling Book (D is the contracting dimension):
+
+1. neither operand is sharded along D: each device multiplies its blocks, no communication;
+2. one operand is sharded along D: all-gather it along D first, then multiply locally;
+3. both are sharded along D (over the same mesh axes): each device computes a partial sum
+   ``Y[B, F]{U_axes}``, then an all-reduce adds them (or a reduce-scatter, leaving Y sharded);
+4. the non-contracting dimensions B and F are sharded over the same mesh axis: invalid, one
+   operand must be gathered along that axis first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from jax.sharding import PartitionSpec
+
+from tpviz.core import layout
+from tpviz.core.collectives import Collective
+from tpviz.core.layout import MeshShape
+from tpviz.core.notation import as_spec, axes_of, to_notation
+from tpviz.errors import ShardingError
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """How ``X[B, D] · W[D, F]`` runs for the given shardings over a mesh (no devices involved).
+
+    Attributes:
+        case: 1, 2 or 3 (case 4 raises).
+        x_spec, w_spec, y_spec: the shardings of X, W and of the result Y.
+        x_block, w_block, y_block: per-device shapes as stored (Y: as returned).
+        flops: floating-point operations per device (2 per multiply-add).
+        collectives: what moves, in order.
+    """
+
+    x_shape: tuple[int, int]
+    w_shape: tuple[int, int]
+    dtype: str
+    mesh_shape: dict[str, int]
+    x_spec: PartitionSpec
+    w_spec: PartitionSpec
+    y_spec: PartitionSpec
+    case: int
+    x_block: tuple[int, ...]
+    w_block: tuple[int, ...]
+    y_block: tuple[int, ...]
+    flops: int
+    collectives: tuple[Collective, ...]
+    reduce_scatter: bool
+
+    def describe(self) -> str:
+        """One paragraph in the notation: what each device does."""
+        x = to_notation(self.x_spec, "X", ("B", "D"))
+        w = to_notation(self.w_spec, "W", ("D", "F"))
+        y = to_notation(self.y_spec, "Y", ("B", "F"))
+        steps = {1: "no communication: each device multiplies its own blocks",
+                 2: "all-gather the operand sharded along D, then multiply locally",
+                 3: "multiply locally into partial sums, then "
+                    + ("reduce-scatter" if self.reduce_scatter else "all-reduce") + " them"}
+        return f"case {self.case}: {x} · {w} → {y}: {steps[self.case]}."
+
+
+def _entry(spec: PartitionSpec, i: int):
+    return spec[i] if i < len(spec) else None
+
+
+def _size(mesh_shape: MeshShape, axes: Sequence[str]) -> int:
+    return math.prod(mesh_shape[a] for a in axes)
+
+
+def _planned(kind: str, nbytes: int, mesh_shape: MeshShape, axes, what: str) -> Collective:
+    return Collective(kind, nbytes, _size(mesh_shape, axes), axes=tuple(axes), what=what)
+
+
+def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
+         mesh_shape: MeshShape, *, dtype="float32", reduce_scatter: bool = False) -> MatmulPlan:
+    """Plan ``X[B, D] · W[D, F]`` for the given input shardings.
+
+    Args:
+        x_shape, w_shape: ``(B, D)`` and ``(D, F)``.
+        x_spec, w_spec: ``PartitionSpec`` or notation (``"X[B, D_Y]"``) for each operand.
+        mesh_shape: axis name -> size.
+        dtype: element type (for bytes).
+        reduce_scatter: in case 3, reduce-scatter the partial sums over F instead of
+            all-reducing them, so Y ends sharded ``Y[B, F_axes]``.
+
+    Raises:
+        ShardingError: inner dimensions differ, a sharding does not divide, D is sharded over
+            different axes in X and W, or B and F share a mesh axis (case 4).
+    """
+    x_shape, w_shape = tuple(x_shape), tuple(w_shape)
+    if len(x_shape) != 2 or len(w_shape) != 2:
+        raise ShardingError(f"X and W must be matrices; got shapes {x_shape} and {w_shape}.")
+    if x_shape[1] != w_shape[0]:
+        raise ShardingError(
+            f"the inner dimensions differ: X is {x_shape} and W is {w_shape}, so X · W is "
+            f"undefined; W needs {x_shape[1]} rows."
+        )
+    mesh_shape = dict(mesh_shape)
+    x_spec = layout.validate(x_shape, as_spec(x_spec), mesh_shape)
+    w_spec = layout.validate(w_shape, as_spec(w_spec), mesh_shape)
+    bx, dx = axes_of(_entry(x_spec, 0)), axes_of(_entry(x_spec, 1))
+    dw, fw = axes_of(_entry(w_spec, 0)), axes_of(_entry(w_spec, 1))
+    clash = set(bx) & set(fw)
+    if clash:
+        axis = sorted(clash)[0]
+        raise ShardingError(
+            f"case 4: B of X and F of W are both sharded over mesh axis {axis!r}, so no device "
+            f"holds the rows and columns it would need. All-gather one operand over {axis!r} "
+            f"first, e.g. W[D, F] instead of W[D, F_{axis}]."
+        )
+    if dx and dw and dx != dw:
+        raise ShardingError(
+            f"D is sharded over {dx} in X but over {dw} in W, so the blocks do not line up. "
+            "Shard D over the same axes in both, or gather one of them."
+        )
+    if set(dx) & set(fw) or set(dw) & set(bx):
+        raise ShardingError(
+            "a mesh axis shards D in one operand and a non-contracting dimension in the other; "
+            "gather that operand along D first."
+        )
+    size = layout.dtype_size(dtype)
+    (b, d), f = x_shape, w_shape[1]
+    nb, nf = _size(mesh_shape, bx), _size(mesh_shape, fw)
+    collectives: list[Collective] = []
+    if not dx and not dw:
+        case, local_d = 1, d
+    elif dx and dw:
+        case, local_d = 3, d // _size(mesh_shape, dx)
+    else:
+        case, local_d = 2, d
+        axes = dx or dw
+        if dx:
+            collectives.append(_planned("all-gather", b // nb * d * size, mesh_shape, axes,
+                                        "X along D"))
+        else:
+            collectives.append(_planned("all-gather", d * f // nf * size, mesh_shape, axes,
+                                        "W along D"))
+    y_b, y_f = _entry(x_spec, 0), _entry(w_spec, 1)
+    if case == 3:
+        n = _size(mesh_shape, dx)
+        partial = b // nb * (f // nf) * size
+        if reduce_scatter:
+            if (f // nf) % n:
+                raise ShardingError(
+                    f"cannot reduce-scatter Y over {dx}: its local width {f // nf} does not "
+                    f"divide into {n}; use an all-reduce or a multiple of {n} columns."
+                )
+            collectives.append(_planned("reduce-scatter", partial // n, mesh_shape, dx,
+                                        "partial sums of Y"))
+            y_f = tuple(fw) + tuple(dx)
+            y_f = y_f[0] if len(y_f) == 1 else y_f
+        else:
+            collectives.append(_planned("all-reduce", partial, mesh_shape, dx,
+                                        "partial sums of Y"))
+    elif reduce_scatter:
+        raise ShardingError(f"reduce_scatter applies to case 3 only; this is case {case}.")
+    y_spec = PartitionSpec(y_b, y_f)
+    return MatmulPlan(
+        x_shape, w_shape, layout.dtype_of(dtype).name, mesh_shape,
+        x_spec, w_spec, y_spec, case,
+        layout.shard_shape(x_shape, x_spec, mesh_shape),
+        layout.shard_shape(w_shape, w_spec, mesh_shape),
+        layout.shard_shape((b, f), y_spec, mesh_shape),
+        2 * (b // nb) * local_d * (f // nf), tuple(collectives), reduce_scatter)

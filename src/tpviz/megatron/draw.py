@@ -1,0 +1,72 @@
+"""Drawings of Megatron tensor parallelism: the sharded MLP, and where it communicates."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from jax.sharding import PartitionSpec as P
+from matplotlib.figure import Figure
+
+from tpviz.core import layout
+from tpviz.core.figures import OKABE_ITO, blocks_figure, text_colour
+
+
+def mlp(p, footer: str = "") -> Figure:
+    """The Megatron MLP ``Z = gelu(X A) B`` for a :class:`tpviz.megatron.Plan`: who holds which
+    block of X, A, the activations H, B, and the partial sums of Z before the all-reduce;
+    ``footer``: more text below."""
+    t, h, f, n = p.tokens, p.hidden, p.ffn, p.devices
+    mesh = {"model": n}
+    columns, rows, whole = P(None, "model"), P("model", None), P()
+    arrays = [("X: all", (t, h), whole), ("A: columns", (h, f), columns),
+              ("H = gelu(X A)", (t, f), columns), ("B: rows", (f, h), rows),
+              ("Z: all-reduced", (t, h), whole)]
+    height = 3.2 + 0.45 * bool(footer)
+    fig = Figure(figsize=(10, height))
+    widest = max(s[1] for _, s, _ in arrays)
+    axes = fig.subplots(1, 5, width_ratios=[max(s[1], widest / 3) for _, s, _ in arrays],
+                        gridspec_kw={"left": 0.04, "right": 0.98, "top": 1 - 0.9 / height,
+                                     "bottom": (0.25 + 0.45 * bool(footer)) / height,
+                                     "wspace": 0.5})
+    if footer:
+        fig.text(0.01, 0.01, footer, fontsize=9)
+    for ax, (title, shape, spec) in zip(axes, arrays, strict=True):
+        bs = layout.blocks(shape, spec, mesh)
+        blocks_figure(shape, [(b.slices, b.devices) for b in bs], title, ax=ax,
+                      labels=n <= 8 or len(bs) == 1)  # beyond 8, colour alone (text is slow)
+    size = layout.dtype_size(p.dtype)
+    fig.suptitle(
+        f"{n} devices, {p.tokens:,} tokens, H = {h:,}, F = {f:,} ({p.dtype}): each device holds "
+        f"A[{h:,}, {f // n:,}] and B[{f // n:,}, {h:,}] = {2 * h * f // n * size:,} bytes "
+        f"(1/{n} of the MLP)\nforward: one all-reduce of Z, {p.all_reduce_bytes:,} bytes; "
+        f"backward: one all-reduce of the gradient of X, {p.all_reduce_bytes:,} bytes",
+        fontsize=9, x=0.01, y=0.99, ha="left", va="top")
+    return fig
+
+
+def timeline(kind: str = "mlp") -> Figure:
+    """Where communication happens in a Megatron MLP (or block), forward and backward: compute
+    in blue, the all-reduces of g (forward) and f (backward) in vermilion, identities in grey."""
+    mlp_fwd = ["f: identity", "X·A (column)", "GeLU", "·B (row)", "g: all-reduce"]
+    stages = {"mlp": mlp_fwd,
+              "block": ["f: identity", "QKV (column)", "softmax·V", "·Wo (row)", "g: all-reduce",
+                        *mlp_fwd]}[kind]
+    backward = [s.replace("f: identity", "f: all-reduce").replace("g: all-reduce", "g: identity")
+                for s in reversed(stages)]
+    fig = Figure(figsize=(10, 1.9))
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.09, right=0.99, top=0.82, bottom=0.05)
+    for row, (label, seq) in enumerate([("forward", stages), ("backward", backward)]):
+        for i, name in enumerate(seq):
+            colour = (OKABE_ITO[5] if "all-reduce" in name else
+                      "#cccccc" if "identity" in name else OKABE_ITO[4])
+            ax.add_patch(plt.Rectangle((i, row + 0.1), 0.92, 0.8, facecolor=colour))
+            ax.text(i + 0.46, row + 0.5, name, ha="center", va="center", fontsize=7,
+                    color=text_colour(colour))
+        ax.text(-0.1, row + 0.5, label, ha="right", va="center", fontsize=9)
+    ax.set_xlim(0, len(stages))
+    ax.set_ylim(2, 0)
+    ax.axis("off")
+    count = stages.count("g: all-reduce")
+    ax.set_title(f"{count} all-reduce{'s' * (count > 1)} forward (g), {count} backward (f)",
+                 fontsize=9, loc="left")
+    return fig

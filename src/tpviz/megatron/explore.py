@@ -1,0 +1,45 @@
+"""``explore_megatron``: devices, hidden size, heads, tokens → the block's shapes and bytes."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from tpviz.core.widgets import STYLE, Live, live
+from tpviz.megatron.draw import mlp
+from tpviz.megatron.plan import plan
+
+
+def render_megatron(devices: int, hidden: int, ffn_ratio: int, heads: int, tokens: int,
+                    dtype: str) -> Figure:
+    """The figure ``explore_megatron`` shows: the sharded MLP and the block's budget."""
+    p = plan(tokens, hidden, ffn_ratio * hidden, heads, devices, dtype)
+    mb = 2**20
+    return mlp(p, footer=(
+        f"whole block (attention + MLP): weights {p.weight_bytes / mb:,.1f} MiB, "
+        f"{p.weight_bytes_per_device / mb:,.1f} MiB per device; {p.heads // devices} of "
+        f"{p.heads} heads per device\nper training step: {p.forward_all_reduces} + "
+        f"{p.backward_all_reduces} all-reduces of {p.all_reduce_bytes / mb:,.2f} MiB → each "
+        f"device sends {p.ring_bytes_per_step / mb:,.2f} MiB (ring)"))
+
+
+def explore_megatron(devices: int = 4, hidden: int = 1024, ffn_ratio: int = 4, heads: int = 16,
+                     tokens: int = 2048, dtype: str = "bf16") -> Live:
+    """Devices, hidden size, heads and tokens → per-device shapes, bytes communicated per layer
+    and weight memory per device of a Megatron transformer block."""
+    controls = {
+        "devices": widgets.Dropdown(options=[1, 2, 4, 8, 16], value=devices,
+                                    description="devices N", style=STYLE),
+        "hidden": widgets.SelectionSlider(options=[256, 512, 1024, 2048, 4096, 8192, 12288],
+                                          value=hidden, description="hidden H", style=STYLE),
+        "ffn_ratio": widgets.IntSlider(value=ffn_ratio, min=1, max=8, description="F / H",
+                                       style=STYLE),
+        "heads": widgets.SelectionSlider(options=[4, 8, 12, 16, 32, 64, 96], value=heads,
+                                         description="heads", style=STYLE),
+        "tokens": widgets.SelectionSlider(options=[256, 512, 1024, 2048, 4096, 8192],
+                                          value=tokens, description="tokens (batch × seq)",
+                                          style=STYLE),
+        "dtype": widgets.Dropdown(options=["bf16", "float32"], value=dtype, description="dtype",
+                                  style=STYLE),
+    }
+    return live(controls, render_megatron)

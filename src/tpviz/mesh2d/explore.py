@@ -1,0 +1,65 @@
+"""``explore_mesh2d``: mesh shape, batch and widths → the step table and the comparison."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from tpviz.core import cost
+from tpviz.core.widgets import STYLE, Live, live
+from tpviz.errors import ShardingError
+from tpviz.mesh2d.choose import best_mesh, compare, step_time
+from tpviz.mesh2d.draw import comparison
+from tpviz.mesh2d.plan import plan
+
+
+def render_mesh2d(devices: int, data: int, batch: int, h1: int, h2_ratio: int, system: str,
+                  dtype: str) -> tuple[str, Figure]:
+    """What ``explore_mesh2d`` shows: the step table of the chosen mesh (HTML), then a figure of
+    memory and bytes per step beside data parallelism, 1D Megatron and the best mesh shape."""
+    if devices % data:
+        raise ShardingError(f"data = {data} does not divide {devices} devices; the model axis gets "
+                         "devices / data of them. Choose a divisor.")
+    h2 = h2_ratio * h1
+    p = plan(batch, h1, h2, (data, devices // data), dtype)
+    chosen = cost.SYSTEMS[system]
+    t = step_time(p, chosen)
+    best = best_mesh(batch, h1, h2, devices, chosen, dtype)
+    schemes = [s for s in compare(batch, h1, h2, devices, dtype)
+               if s.name in ("data parallel", "1D Megatron") or s.mesh in (p.mesh_sizes, best)]
+    height = 1.6 + 0.36 * len(schemes)
+    fig = Figure(figsize=(10, height))
+    left, right = fig.subplots(1, 2, sharey=True)
+    fig.subplots_adjust(left=0.14, right=0.98, top=1 - 0.9 / height, bottom=0.45 / height,
+                        wspace=0.05)
+    comparison(schemes, axes=(left, right), chosen=f"2D {data}×{devices // data}")
+    fig.suptitle(f"{system}, data={data} × model={devices // data}: compute "
+                 f"{t.compute_s * 1e3:,.2f} ms, communication {t.comm_s * 1e3:,.2f} ms per "
+                 f"training step → {t.bound}-bound\nleast communication: data={best[0]} × "
+                 f"model={best[1]}; below: data parallel, 1D Megatron, this mesh and the best",
+                 fontsize=9, x=0.01, y=0.995, ha="left", va="top")
+    return p._repr_html_(), fig
+
+
+def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, h1: int = 4096,
+                   h2_ratio: int = 4, system: str = "H100 cluster (NVLink + InfiniBand)",
+                   dtype: str = "bf16") -> Live:
+    """Mesh shape, batch and hidden sizes → the 2D MLP's step table, memory per device, bytes
+    per step, and the comparison with data parallelism and 1D tensor parallelism."""
+    controls = {
+        "devices": widgets.Dropdown(options=[8, 16, 32, 64, 256], value=devices,
+                                    description="devices N", style=STYLE),
+        "data": widgets.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=data,
+                                 description="data axis d (model = N / d)", style=STYLE),
+        "batch": widgets.SelectionSlider(options=[2**k for k in range(4, 21)], value=batch,
+                                         description="batch B (tokens)", style=STYLE),
+        "h1": widgets.SelectionSlider(options=[256, 512, 1024, 2048, 4096, 8192, 16384], value=h1,
+                                      description="H₁ (model width)", style=STYLE),
+        "h2_ratio": widgets.IntSlider(value=h2_ratio, min=1, max=8, description="H₂ / H₁",
+                                      style=STYLE),
+        "system": widgets.Dropdown(options=list(cost.SYSTEMS), value=system,
+                                   description="system", style=STYLE),
+        "dtype": widgets.Dropdown(options=["bf16", "float32"], value=dtype, description="dtype",
+                                  style=STYLE),
+    }
+    return live(controls, render_mesh2d)

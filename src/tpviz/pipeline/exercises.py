@@ -1,0 +1,120 @@
+"""Checkers for the pipeline chapter."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from tpviz.core.exercises import Wrong, call, checker, expect_number
+from tpviz.pipeline.plan import balance, schedule
+
+ORDER_CASES = [(4, 8, 0), (4, 8, 3), (4, 8, 1), (4, 2, 0), (8, 16, 5), (1, 3, 0)]
+BALANCE_CASES = [([4, 1, 1, 1, 1, 4], 3), ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3),
+                 ([10, 1, 1, 1, 1, 1, 1, 1, 1, 10], 4), ([5, 5, 5, 5], 4),
+                 ([2, 2, 2, 2, 2, 2, 2, 9], 2), ([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], 5)]
+
+
+@checker("The 1F1B order of one device")
+def check_one_f_one_b(fn) -> str:
+    """``fn(p, m, d)`` → device d's ops as a list of ``("F", i)`` / ``("B", i)``."""
+    for p, m, d in ORDER_CASES:
+        got = call(fn, p, m, d, what=f"one_f_one_b({p}, {m}, {d})")
+        want = [(op.kind, op.microbatch) for op in schedule("1f1b", p, m).ops[d]]
+        try:
+            got = [(str(k), int(i)) for k, i in got]
+        except (TypeError, ValueError):
+            raise Wrong(f"one_f_one_b({p}, {m}, {d}) should return a list of (kind, microbatch) "
+                        f"pairs like ('F', 0); it returned {str(got)[:80]}.") from None
+        if got == want:
+            continue
+        gpipe = [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+        if got == gpipe:
+            raise Wrong(f"for p={p}, m={m}, d={d} that is GPipe's order (all forwards, then all "
+                        "backwards): it holds all m microbatches' activations.",
+                        "Run only p - d - 1 forwards first, then alternate F and B.")
+        warm = next((k for k, (kind, _) in enumerate(got) if kind == "B"), len(got))
+        if warm != min(p - d, m):
+            raise Wrong(f"for p={p}, m={m}, d={d} your device runs {warm} forwards before its "
+                        f"first backward; it should run {min(p - d, m)}.",
+                        "Device d warms up with p - d - 1 forwards, then one more forward, then "
+                        "its first backward.")
+        at = next((k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+                  min(len(got), len(want)))
+        raise Wrong(f"for p={p}, m={m}, d={d} the order differs from 1F1B at position {at}: "
+                    f"you have {got[at:at + 4]}, expected {want[at:at + 4]}.",
+                    "After the warm-up: F, B, F, B … then the remaining backwards.")
+    return "Device d never holds more than p - d microbatches."
+
+
+@checker("Bubble fraction of GPipe")
+def check_bubble(answer) -> str:
+    """GPipe with p = 8 stages and m = 32 microbatches: idle share of the total device-time."""
+    p, m = 8, 32
+    if isinstance(answer, int | float) and math.isclose(answer, (p - 1) / m):
+        raise Wrong("that is (p-1)/m: the bubble relative to the ideal (bubble-free) time.",
+                    "As a share of the total time, divide by (m + p - 1) instead.")
+    if isinstance(answer, int | float) and math.isclose(answer, (p - 1) / p):
+        raise Wrong("that is the naive schedule's bubble (one microbatch at a time).",
+                    "With m microbatches the pipeline fills: (p-1)/(m+p-1).")
+    expect_number(answer, (p - 1) / (m + p - 1), hint="(p - 1) / (m + p - 1)")
+    return f"{answer:.1%} of the device-time is bubble."
+
+
+@checker("Microbatches for a 5 % bubble")
+def check_microbatches(answer) -> str:
+    """The fewest microbatches m for which 1F1B on p = 8 stages idles at most 5 % of the time."""
+    p, target = 8, 0.05
+    want = next(m for m in range(1, 10_000) if (p - 1) / (m + p - 1) <= target + 1e-12)
+    if answer == math.ceil((p - 1) / target):
+        raise Wrong(f"{answer} makes (p-1)/m = 5 %: that is the bubble relative to the ideal "
+                    "time, not the share of the total time.",
+                    "Solve (p-1)/(m+p-1) <= 0.05 for m.")
+    if isinstance(answer, int) and answer > want:
+        raise Wrong(f"{answer} works, but fewer microbatches also do.",
+                    "Find the smallest m with (p-1)/(m+p-1) <= 0.05.")
+    expect_number(answer, want, hint="Solve (p-1)/(m+p-1) <= 0.05 for the smallest integer m.")
+    return f"m = {want}: bubble {(p - 1) / (want + p - 1):.2%}."
+
+
+@checker("Balanced stages")
+def check_balance(fn) -> str:
+    """``fn(costs, p)`` → how many consecutive layers each of the p stages gets."""
+    for costs, p in BALANCE_CASES:
+        sizes = call(fn, list(costs), p, what=f"your function on {costs}, p={p}")
+        try:
+            sizes = [int(k) for k in sizes]
+        except (TypeError, ValueError):
+            raise Wrong(f"return a list of {p} layer counts, e.g. [2, 3, 1]; got "
+                        f"{str(sizes)[:60]}.") from None
+        if len(sizes) != p or sum(sizes) != len(costs) or min(sizes) < 1:
+            raise Wrong(f"for {costs} and p={p} you returned {sizes}: it should be {p} counts, "
+                        f"each at least 1, summing to {len(costs)} layers.")
+        edges = [0]
+        for k in sizes:
+            edges.append(edges[-1] + k)
+        slowest = max(sum(costs[a:b]) for a, b in itertools.pairwise(edges))
+        best = balance(costs, p).slowest
+        if slowest > best:
+            raise Wrong(f"for {costs} and p={p} your split {sizes} has a slowest stage of "
+                        f"{slowest}; a split with {best:g} exists.",
+                        "Greedy filling is not exact: try every last cut (dynamic programming), "
+                        "or binary-search the answer.")
+    return "Your splits are optimal on every case."
+
+
+@checker("Weight versions in PipeDream")
+def check_weight_versions(answer) -> str:
+    """PipeDream (1F1B without flushes, weight stashing), p = 4: versions each stage keeps."""
+    want = [4, 3, 2, 1]
+    if not isinstance(answer, list | tuple) or len(answer) != 4:
+        raise Wrong("give a list of 4 numbers, one per stage.")
+    if list(answer) == [2, 2, 2, 2]:
+        raise Wrong("that is PipeDream-2BW, which updates weights only every few microbatches.",
+                    "PipeDream keeps one version per microbatch in flight on the stage.")
+    if list(answer) == want[::-1]:
+        raise Wrong("reversed: the first stage has the most microbatches in flight.")
+    if list(answer) != want:
+        raise Wrong(f"{list(answer)} is not right.",
+                    "A stage keeps the weights each in-flight microbatch saw in its forward: "
+                    "as many as 1F1B's activations on that stage.")
+    return "Stage d stashes p - d versions; the last stage needs no stash."

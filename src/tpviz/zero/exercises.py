@@ -1,0 +1,75 @@
+"""Checkers for the ZeRO chapter."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from tpviz.core import compiled
+from tpviz.core.exercises import (
+    Wrong,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    mesh_1d,
+)
+from tpviz.zero.plan import memory, smallest_devices
+
+
+@checker("Memory per device under ZeRO")
+def check_zero_memory(answer) -> str:
+    """GPT-2 XL (1.5B parameters), mixed-precision Adam, ZeRO stage 2 on 16 devices: GB/device."""
+    psi, n = 1.5e9, 16
+    want = memory(psi, n, 2).total / 1e9
+    for stage, text in ((0, "plain data parallelism (stage 0)"), (1, "stage 1"),
+                        (3, "stage 3")):
+        if isinstance(answer, int | float) and np.isclose(answer, memory(psi, n, stage).total
+                                                          / 1e9, rtol=1e-3):
+            raise Wrong(f"that is {text}.", "Stage 2 partitions the gradients and the optimizer "
+                        "state; each device keeps all 2Ψ bytes of parameters.")
+    if isinstance(answer, int | float) and np.isclose(answer, 16 * psi / 1e9):
+        raise Wrong("that is 16Ψ: nothing partitioned.", "Divide the partitioned parts by N.")
+    expect_number(answer, want, rel=1e-3, hint="2Ψ + (2 + 12)Ψ / N bytes, in GB (10⁹ bytes).")
+    return f"{want:.3f} GB per device instead of {16 * psi / 1e9:.0f} GB."
+
+
+@checker("Fewest devices")
+def check_fewest_devices(answer) -> str:
+    """A 13B-parameter model, mixed-precision Adam, ZeRO stage 2, 40 GB per device: the fewest
+    devices on which its training state fits."""
+    want = smallest_devices(13e9, 2, 40e9)
+    if answer == smallest_devices(13e9, 3, 40e9):
+        raise Wrong("that is enough for stage 3, where the parameters are partitioned too.",
+                    "At stage 2 every device keeps all 2Ψ bytes of parameters.")
+    if isinstance(answer, int) and answer == want - 1:
+        raise Wrong(f"with {answer} devices it needs slightly more than 40 GB.",
+                    "Round up: 2Ψ + 14Ψ/N <= 40 GB.")
+    if isinstance(answer, int) and answer > want:
+        raise Wrong(f"{answer} devices work, but fewer do too.", "Solve 2Ψ + 14Ψ/N <= 40 GB.")
+    expect_number(answer, want, hint="Solve 26 GB + 182 GB / N <= 40 GB for the smallest N.")
+    return f"{want} devices: {memory(13e9, want, 2).total / 1e9:.1f} GB each."
+
+
+@checker("The stage-2 gradient reduce-scatter")
+def check_grad_reduce_scatter(fn) -> str:
+    """``fn(g)`` per device, inside shard_map over the 8-device axis "data": from this device's
+    whole gradient vector, return its 1/8 slice of the mean gradient over the devices."""
+    mesh = mesh_1d(8, "data")
+    grads = np.random.default_rng(0).standard_normal((8, 64), dtype=np.float32)  # row d: device d
+    program = jax.shard_map(lambda g: fn(g[0]), mesh=mesh, in_specs=P("data"),
+                            out_specs=P("data"), check_vma=False)
+    hint = "jax.lax.psum_scatter(g, 'data', tiled=True) / 8"
+    got = call(program, grads, what="your function")
+    mean = grads.mean(axis=0)
+    if getattr(got, "shape", None) == (512,):
+        raise Wrong("each device returned the whole vector: that is an all-reduce.",
+                    "Keep only this device's 1/8: psum_scatter with tiled=True.")
+    if got.shape == (64,) and np.allclose(got, 8 * mean, rtol=1e-4, atol=1e-5):
+        raise Wrong("that is the sum over the devices, not the mean.", "Divide by 8.")
+    expect_array(got, mean, what="the gathered slices", rtol=1e-4, atol=1e-5, hint=hint)
+    kinds = dict(compiled.collectives(program, grads).kinds())
+    if kinds != {"reduce-scatter": 1}:
+        raise Wrong(f"the compiled program holds {kinds}; expected one reduce-scatter.", hint)
+    return "One reduce-scatter: (N-1)/N of the gradient bytes, half an all-reduce."

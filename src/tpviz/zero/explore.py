@@ -1,0 +1,50 @@
+"""``explore_zero``: model size, devices, stage, precision → memory per device and the traffic."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from tpviz.core.widgets import STYLE, Live, live
+from tpviz.zero.draw import memory_bars
+from tpviz.zero.plan import MODELS, PRECISIONS, memory, smallest_devices
+
+
+def render_zero(model: str, billions: float, devices: int, stage: int, precision: str,
+                accelerator_gb: float) -> Figure:
+    """The figure ``explore_zero`` shows: memory bars of all stages, the chosen one outlined."""
+    params = MODELS[model] if model in MODELS else billions * 1e9
+    p, g, o = PRECISIONS[precision]
+    fig = memory_bars(params, devices, capacity=accelerator_gb * 1e9, stage=stage,
+                      param_bytes=p, grad_bytes=g, optimizer_bytes=o)
+    total = memory(params, devices, stage, param_bytes=p, grad_bytes=g, optimizer_bytes=o).total
+    fewest = smallest_devices(params, stage, accelerator_gb * 1e9, param_bytes=p, grad_bytes=g,
+                              optimizer_bytes=o)
+    verdict = ("fits" if total <= accelerator_gb * 1e9 else "does not fit") + (
+        f"; stage {stage} needs at least {fewest} devices" if fewest else
+        f"; stage {stage} never fits: part of the state stays whole on every device")
+    fig.axes[0].set_title(fig.axes[0].get_title(loc="left") + f"\nstage {stage}: "
+                          f"{total / 1e9:,.1f} GB per device → {verdict}", fontsize=9, loc="left")
+    return fig
+
+
+def explore_zero(model: str = "7.5B (ZeRO paper)", billions: float = 7.5, devices: int = 64,
+                 stage: int = 2, precision: str = next(iter(PRECISIONS)),
+                 accelerator_gb: float = 80) -> Live:
+    """Model size, devices, stage and precision → memory per device by category against an
+    accelerator's memory, the communication per step, and whether it fits."""
+    controls = {
+        "model": widgets.Dropdown(options=[*MODELS, "custom"], value=model,
+                                  description="model", style=STYLE),
+        "billions": widgets.BoundedFloatText(value=billions, min=0.001, max=10000,
+                                             description="custom size (billions)", style=STYLE),
+        "devices": widgets.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+                                    value=devices, description="devices N", style=STYLE),
+        "stage": widgets.IntSlider(value=stage, min=0, max=3, description="ZeRO stage",
+                                   style=STYLE),
+        "precision": widgets.Dropdown(options=list(PRECISIONS), value=precision,
+                                      description="precision", style=STYLE),
+        "accelerator_gb": widgets.Dropdown(options=[16, 24, 40, 80, 96, 141], value=accelerator_gb,
+                                           description="accelerator GB", style=STYLE),
+    }
+    return live(controls, render_zero)

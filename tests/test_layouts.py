@@ -1,0 +1,39 @@
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from matplotlib.patches import Rectangle
+
+import tpviz
+from tpviz.errors import ShardingError
+
+
+def _labels(fig):
+    return sorted(t.get_text() for t in fig.axes[0].texts)
+
+
+def test_planned_layout_shows_replication():
+    fig = tpviz.layouts.draw.sharding((8, 16), "A[I_X, J]", {"X": 2, "Y": 4}, dtype="bf16")
+    assert len([p for p in fig.axes[0].patches if isinstance(p, Rectangle)]) == 2
+    assert _labels(fig) == ["D0\nD1\nD2\nD3", "D4\nD5\nD6\nD7"]
+    assert "128 bytes per device" in fig.axes[0].get_title()  # a [4, 16] block of 2-byte elements
+
+
+def test_real_array_drawing_names_the_devices_that_hold_each_block():
+    mesh = tpviz.make_mesh((2, 4), ("X", "Y"))
+    x = jax.device_put(np.zeros((8, 16), np.float32), NamedSharding(mesh, P("X", "Y")))
+    fig = tpviz.layouts.draw.array(x)
+    expected = sorted(f"D{d.id}" for d in mesh.devices.flat)
+    assert _labels(fig) == expected
+    assert "A[I_X, J_Y]" in fig.axes[0].get_title()
+
+
+def test_palette_is_distinct():
+    assert len(set(tpviz.core.figures.palette(8))) == 8
+    assert len({tuple(c) for c in tpviz.core.figures.palette(16)}) == 16
+
+
+def test_three_dimensional_arrays_are_refused_clearly():
+    with pytest.raises(ShardingError, match="1D or 2D"):
+        tpviz.layouts.draw.sharding((2, 2, 2), P(), {"X": 2})

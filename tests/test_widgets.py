@@ -1,0 +1,76 @@
+import pytest
+
+import tpviz
+from tpviz.core.widgets import STATIC_NOTE
+from tpviz.errors import TpvizError
+from tpviz.layouts.explore import render_layout
+from tpviz.pipeline.explore import render_pipeline
+
+
+def test_live_widget_carries_a_static_figure_for_the_book():
+    bundle = tpviz.explore_layout()._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "data:image/png;base64," in bundle["text/html"]
+    assert STATIC_NOTE in bundle["text/html"]
+
+
+def test_render_matches_the_plan():
+    fig = render_layout("X=2, Y=2, Z=2", "A[I_XY, J_Z]", 8, 8, "bf16")
+    assert "16 bytes per device" in fig.axes[0].get_title()  # a [2, 4] block of 2-byte elements
+
+
+@pytest.mark.parametrize("notation", ["A[I_Q, J]", "A[I_X, J_X]", "A((", "A[I_XYZ, J]"])
+def test_bad_settings_raise_library_errors_the_widget_can_show(notation):
+    with pytest.raises(TpvizError):
+        render_layout("X=2, Y=4", notation, 8, 16, "float32")
+
+
+def test_widget_survives_bad_input(capsys):
+    live = tpviz.explore_layout()
+    text = live.widget.children[0].children[1]
+    capsys.readouterr()
+    text.value = "A[I_Q, J]"  # unknown axis: a message in the output, not an exception
+    assert "unknown mesh axis 'Q'" in capsys.readouterr().out  # (outside a kernel, Output prints)
+
+
+def test_pipeline_widget_shows_the_simulation_beside_the_formula():
+    fig = render_pipeline("gpipe", 4, 12, 2, 2.0)
+    footer = fig.texts[-1].get_text()
+    bubble = 3 / 15  # (p-1)/(m+p-1)
+    assert f"simulated {bubble:.2%}, formula (p−1)/(m+p−1) = {bubble:.2%}" in footer
+    assert "first device 12, last 12" in footer  # GPipe holds all m microbatches
+
+
+def test_pipeline_widget_explains_an_impossible_interleaving(capsys):
+    live = tpviz.explore_pipeline(name="interleaved", stages=4, microbatches=8)
+    capsys.readouterr()
+    live.widget.children[0].children[2].value = 6  # microbatches: 6 is not a multiple of 4
+    assert "must be a multiple of 4" in capsys.readouterr().out
+
+
+def test_zero_widget_says_whether_it_fits():
+    from tpviz.zero.explore import PRECISIONS, render_zero
+
+    mixed = next(iter(PRECISIONS))
+    # 7.5B on 64 devices, stage 2: 2Ψ + 14Ψ/64 = 16.6 GB <= 80 GB
+    title = render_zero("7.5B (ZeRO paper)", 1, 64, 2, mixed, 80).axes[0].get_title(loc="left")
+    assert "stage 2: 16.6 GB per device → fits; stage 2 needs at least 2 devices" in title
+    title = render_zero("custom", 13, 8, 0, mixed, 40).axes[0].get_title(loc="left")
+    assert "208.0 GB per device → does not fit; stage 0 never fits" in title
+
+
+def test_mesh2d_widget_shows_the_table_and_the_best_mesh(capsys):
+    from tpviz.mesh2d.explore import render_mesh2d
+
+    gpu = "H100 cluster (NVLink + InfiniBand)"
+    html, fig = render_mesh2d(64, 16, 262144, 8192, 4, gpu, "bf16")
+    assert "all-gather W₁ along data" in html and "4 devices" in html  # data=16 × model=4
+    # fewest bytes is 16 × 4, but on GPUs the model axis of 8 fills an NVLink node: 8 × 8 wins
+    assert "least communication: data=8 × model=8" in fig.texts[-1].get_text()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["data parallel", "1D Megatron", "2D 8×8", "2D 16×4"]
+    live = tpviz.explore_mesh2d()
+    assert "<table>" in live._repr_mimebundle_()["text/html"]  # the table reaches the static book
+    capsys.readouterr()
+    live.widget.children[0].children[1].value = 16  # data = 16 > 8 devices
+    assert "does not divide 8 devices" in capsys.readouterr().out
