@@ -33,7 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 student: $(STAMP)
-	$(BIN)/python -m tpviz.student book _build/student
+	$(BIN)/python -m tpviz.grading.student book _build/student
 
 benchmarks: $(STAMP)
 	$(BIN)/python benchmarks/budgets.py

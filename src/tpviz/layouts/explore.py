@@ -32,3 +32,12 @@ def explore_layout(mesh: str = "X=2, Y=4", notation: str = "A[I_X, J_Y]", rows: 
         "cols": widgets.IntSlider(value=cols, min=1, max=32, description="columns", style=STYLE),
     }
     return live(controls, render_layout)
+
+
+# settings the benchmarks time (benchmarks/budgets.py finds this list in every topic)
+BENCHMARKS = [(render_layout, dict(mesh="X=2, Y=4", notation="A[I_X, J_Y]", rows=8, cols=16,
+                                   dtype="float32")),
+              (render_layout, dict(mesh="X=2, Y=2, Z=2", notation="A[I_XY, J_Z]", rows=32,
+                                   cols=32, dtype="bf16")),
+              (render_layout, dict(mesh="X=8", notation="A[I, J_X]", rows=32, cols=32,
+                                   dtype="int8"))]

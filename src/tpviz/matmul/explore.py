@@ -52,3 +52,10 @@ def explore_matmul(mesh: str = "X=2, Y=4", x: str = "X[B_X, D_Y]", w: str = "W[D
                                           description="compile and list collectives"),
     }
     return live(controls, render_matmul)
+
+
+_DEFAULTS = dict(mesh="X=2, Y=4", x="X[B_X, D_Y]", w="W[D_Y, F]", b=1024, d=4096, f=4096,
+                 system="TPU v5e (ICI)", reduce_scatter=True)
+# settings the benchmarks time (benchmarks/budgets.py finds this list in every topic); the
+# redraw that compiles a program has a budget of 1 s
+BENCHMARKS = [(render_matmul, _DEFAULTS), (render_matmul, {**_DEFAULTS, "show_compiled": True})]

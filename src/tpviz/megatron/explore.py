@@ -43,3 +43,10 @@ def explore_megatron(devices: int = 4, hidden: int = 1024, ffn_ratio: int = 4, h
                                   style=STYLE),
     }
     return live(controls, render_megatron)
+
+
+# settings the benchmarks time: the defaults and the largest the widget offers
+BENCHMARKS = [(render_megatron, dict(devices=4, hidden=1024, ffn_ratio=4, heads=16, tokens=2048,
+                                     dtype="bf16")),
+              (render_megatron, dict(devices=16, hidden=12288, ffn_ratio=8, heads=96,
+                                     tokens=8192, dtype="bf16"))]

@@ -63,3 +63,10 @@ def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, h1: int 
                                   style=STYLE),
     }
     return live(controls, render_mesh2d)
+
+
+# settings the benchmarks time: the defaults and the largest the widget offers
+BENCHMARKS = [(render_mesh2d, dict(devices=8, data=4, batch=16384, h1=4096, h2_ratio=4,
+                                   system="H100 cluster (NVLink + InfiniBand)", dtype="bf16")),
+              (render_mesh2d, dict(devices=256, data=16, batch=1 << 20, h1=16384, h2_ratio=8,
+                                   system="TPU v5p (ICI)", dtype="bf16"))]

@@ -46,3 +46,12 @@ def explore_pipeline(name: str = "1f1b", stages: int = 4, microbatches: int = 8,
                                               description="backward / forward", style=STYLE),
     }
     return live(controls, render_pipeline)
+
+
+# settings the benchmarks time: the defaults and the largest the widget offers (p <= 16, m <= 64)
+BENCHMARKS = [(render_pipeline, dict(name="1f1b", stages=4, microbatches=8, chunks=2,
+                                     backward_ratio=2.0)),
+              (render_pipeline, dict(name="interleaved", stages=16, microbatches=64, chunks=4,
+                                     backward_ratio=2.0)),
+              (render_pipeline, dict(name="zb-h1", stages=16, microbatches=64, chunks=1,
+                                     backward_ratio=2.0))]

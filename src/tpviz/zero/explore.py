@@ -48,3 +48,10 @@ def explore_zero(model: str = "7.5B (ZeRO paper)", billions: float = 7.5, device
                                            description="accelerator GB", style=STYLE),
     }
     return live(controls, render_zero)
+
+
+# settings the benchmarks time: the defaults and a large custom model
+BENCHMARKS = [(render_zero, dict(model="7.5B (ZeRO paper)", billions=7.5, devices=64, stage=2,
+                                 precision=next(iter(PRECISIONS)), accelerator_gb=80)),
+              (render_zero, dict(model="custom", billions=70.0, devices=1024, stage=3,
+                                 precision="fp32 Adam (4 + 4 + 8)", accelerator_gb=141))]
