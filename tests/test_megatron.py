@@ -114,3 +114,17 @@ def test_drawings_state_the_plan():
     assert [ax.get_title() for ax in fig.axes] == ["X: all", "A: columns", "H = gelu(X A)", "B: rows",
                                                   "Z: all-reduced"]
     assert "2 all-reduces forward (g), 2 backward (f)" in draw.timeline("block").axes[0].get_title(loc="left")
+
+
+def test_the_axis_argument_is_honoured_everywhere(data):
+    x, target, params = data
+    mesh = tpviz.make_mesh((4,), ("tp",), devices=tpviz.devices.chosen_devices()[:4])
+    mlp = {k: params[k] for k in ("a", "b")}
+    placed = megatron.place("mlp", mesh, mlp, axis="tp")
+    y = megatron.forward("mlp", mesh, axis="tp")(x, placed)
+    np.testing.assert_allclose(y, megatron.mlp(x, mlp["a"], mlp["b"]), rtol=1e-5, atol=1e-5)
+    c = megatron.check("block", mesh, x, target, params, head_dim=8, axis="tp")
+    assert [k.kind for k in c.train] == ["all-reduce"] * 4  # 2 blocks halves × (g, f)
+    assert megatron.specs("block", "tp")["wo"] == P("tp", None)
+    with pytest.raises(ShardingError, match="unknown kind 'mlpp'"):
+        megatron.specs("mlpp")

@@ -7,12 +7,21 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from tpviz.core import compiled, layout
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number
+from tpviz.core.exercises import (
+    Wrong,
+    as_integer,
+    as_number,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+)
 
 
 @checker("Bytes per device")
 def check_bytes_per_device(answer) -> str:
     """bf16[4096, 8192] sharded A[I_X, J_Y] on the mesh {X: 2, Y: 4}."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     shape, mesh = (4096, 8192), {"X": 2, "Y": 4}
     expected = layout.bytes_per_device(shape, "bf16", "A[I_X, J_Y]", mesh)
     elements = expected // 2
@@ -36,10 +45,10 @@ def check_holders(answer) -> str:
     mesh = {"X": 2, "Y": 4}
     expected = {d for b in layout.blocks((8, 8), "A[I_X, J]", mesh) if b.index[0] == 0
                 for d in b.devices}
-    try:
-        got = {int(d) for d in answer}
-    except (TypeError, ValueError):
-        raise Wrong(f"give a set of device numbers such as {{0, 1}}, not {answer!r}.") from None
+    if isinstance(answer, str) or not hasattr(answer, "__iter__"):
+        raise Wrong(f"give a set of device numbers such as {{0, 1}}, not {answer!r}.")
+    items = np.asarray(answer).ravel().tolist() if hasattr(answer, "shape") else list(answer)
+    got = {as_integer(d, "each device number") for d in items}
     if got == {0, 4}:
         raise Wrong("{0, 4} would be the devices of X's first column; the mesh is row-major.",
                     "Device k sits at mesh position (k // 4, k % 4): X is the first coordinate.")
@@ -62,6 +71,10 @@ def check_rows_over_mesh(x_sharded, x) -> str:
     expect_array(x_sharded, np.asarray(x), what="x_sharded",
                  hint="device_put should only move x, not change it.")
     mesh = x_sharded.sharding.mesh
+    if mesh.size != 8 or len(x_sharded.sharding.device_set) != 8:
+        raise Wrong(f"x_sharded sits on {len(x_sharded.sharding.device_set)} devices of a mesh "
+                    f"{dict(mesh.shape)}; the exercise asks for all 8 devices as a (2, 4) mesh.",
+                    "Make the mesh with tpviz.make_mesh((2, 4), ('X', 'Y')).")
     want = NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
     local = x_sharded.addressable_shards[0].data.shape
     wanted = layout.shard_shape(x.shape, want.spec, dict(mesh.shape))
@@ -79,13 +92,14 @@ def check_rows_over_mesh(x_sharded, x) -> str:
 @checker("A global sum with one all-reduce")
 def check_total(total, x) -> str:
     """``total(x)`` under ``jax.shard_map``: the sum of all elements, one all-reduce of a scalar."""
-    result = call(total, x, what="total(x)")
+    program = call(compiled.compile_for, total, x, what="total(x)")  # traces it once
+    result = call(program, x, what="total(x)")
     if np.shape(result) != ():
         raise Wrong(f"total(x) has shape {np.shape(result)}; a sum is a scalar.",
                     "Sum the whole block (block.sum()) and psum that; use out_specs=P().")
     expect_array(result, np.float32(np.asarray(x).sum()), what="total(x)", rtol=1e-4,
                  hint="Each device sums its own block; jax.lax.psum(…, 'X') adds the blocks' sums.")
-    found = compiled.collectives(total, x)
+    found = compiled.collectives(program)
     if found.kinds() != {"all-reduce": 1}:
         raise Wrong(f"the compiled program holds {dict(found.kinds())}; expected one all-reduce.",
                     "Use exactly one jax.lax.psum over 'X'.")

@@ -6,7 +6,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from tpviz.core import compiled
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number
+from tpviz.core.exercises import Wrong, as_number, call, checker, expect_array, expect_number
 from tpviz.errors import ShardingError
 from tpviz.matmul.plan import plan
 
@@ -70,6 +70,7 @@ def check_reduce_scatter(fn, x, w) -> str:
 @checker("Bytes of an all-gather")
 def check_all_gather_bytes(answer) -> str:
     """X = bf16[1024, 4096] as X[B_X, D_Y], W[D, F]: bytes per device of the all-gather's result."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     p = plan((1024, 4096), (4096, 4096), "X[B_X, D_Y]", "W[D, F]", MESH, dtype="bf16")
     (gather,) = p.collectives
     if answer == 512 * 1024 * 2:

@@ -101,8 +101,8 @@ def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
             f"undefined; W needs {x_shape[1]} rows."
         )
     mesh_shape = dict(mesh_shape)
-    x_spec = layout.validate(x_shape, as_spec(x_spec), mesh_shape)
-    w_spec = layout.validate(w_shape, as_spec(w_spec), mesh_shape)
+    x_spec = layout.validate_spec(x_shape, as_spec(x_spec), mesh_shape)
+    w_spec = layout.validate_spec(w_shape, as_spec(w_spec), mesh_shape)
     bx, dx = axes_of(_entry(x_spec, 0)), axes_of(_entry(x_spec, 1))
     dw, fw = axes_of(_entry(w_spec, 0)), axes_of(_entry(w_spec, 1))
     clash = set(bx) & set(fw)

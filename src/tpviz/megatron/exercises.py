@@ -10,6 +10,7 @@ from jax.sharding import PartitionSpec as P
 from tpviz.core import compiled
 from tpviz.core.exercises import (
     Wrong,
+    as_number,
     call,
     checker,
     expect_array,
@@ -91,6 +92,7 @@ def check_row_parallel(fn) -> str:
 @checker("All-reduces per training step")
 def check_all_reduces(answer) -> str:
     """A 24-layer transformer, Megatron tensor parallelism: all-reduces per training step."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     layers = 24
     if answer == 2 * layers:
         raise Wrong("that counts one direction only.",
@@ -104,6 +106,7 @@ def check_all_reduces(answer) -> str:
 @checker("Weight bytes per device")
 def check_weight_bytes(answer) -> str:
     """A GPT-3 175B block (H = 12288, F = 4H, no biases), bf16, on 8 devices: bytes per device."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     h, n = 12288, 8
     per_device = 12 * h * h * 2 // n  # Q, K, V, O: 4 H^2; A and B: 8 H^2
     if answer == 12 * h * h * 2:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import layout
+from tpviz.core import layout, validate
 from tpviz.core.collectives import Collective, Collectives
 from tpviz.errors import ShardingError
 
@@ -86,10 +86,11 @@ def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: int, dtype="bf
         ShardingError: a size that is not a positive integer, heads or the feed-forward width
             not divisible by the devices, or the hidden size not divisible by the heads.
     """
-    for name, value in (("tokens", tokens), ("hidden", hidden), ("ffn", ffn), ("heads", heads),
-                        ("devices", devices)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ShardingError(f"{name} must be a positive integer, got {value!r}.")
+    tokens, hidden, ffn, heads, devices = (
+        validate.integer(name, value, error=ShardingError) for name, value in (
+            ("tokens", tokens), ("hidden", hidden), ("ffn", ffn), ("heads", heads),
+            ("devices", devices)))
+    kind = validate.choice("kind", kind, KINDS, error=ShardingError)
     if kind == "block" and hidden % heads:
         raise ShardingError(f"hidden size {hidden} is not divisible by {heads} heads; each head "
                             "needs hidden / heads dimensions.")
