@@ -1,0 +1,1 @@
+"""Automatic parallelization (chapter 9): Alpa's intra-op ILP and inter-op stage DP."""
