@@ -26,7 +26,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from tpviz.autoshard.graph import Graph
 from tpviz.autoshard.strategies import Strategy, reshard, strategies
 from tpviz.core import cost
-from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.collectives import Collectives
 from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError
 
 
@@ -146,7 +146,7 @@ def solution(p: Problem, choice) -> Solution:
     for s in reversed(picked):
         backward += s.backward
     return Solution({op.name: s.notation for op, s in zip(g.ops, picked, strict=True)},
-                    p.cost(choice), forward, backward,
+                    p.cost(choice), Collectives(forward), Collectives(backward),
                     {op.name: s for op, s in zip(g.ops, picked, strict=True)}, p.bytes(choice), p)
 
 
@@ -292,7 +292,8 @@ def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
     return solution(p, choice)
 
 
-def collective_time(c: Collective, system) -> float:
-    """Seconds of one collective on ``system`` (α–β)."""
-    s = system_of(system)
-    return c.time(s.bandwidth, s.latency)
+def same_strategies(solution: Solution, graph: Graph) -> Solution:
+    """The strategies of ``solution`` (planned for some sizes) on another graph of the same ops,
+    e.g. a small one to execute: the strategies, not the sizes, are what runs."""
+    p = solution.problem
+    return fixed(graph, p.mesh_shape, p.system, lambda op, _: solution.strategies[op.name])
