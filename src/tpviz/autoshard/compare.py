@@ -10,7 +10,7 @@ from __future__ import annotations
 from jax.sharding import PartitionSpec as P
 
 from tpviz.autoshard.graph import Graph, mlp
-from tpviz.autoshard.solve import Solution, fixed, solve
+from tpviz.autoshard.solve import Problem, Solution, fixed_problem, problem, solve
 from tpviz.errors import ArgumentError
 
 COLUMN, ROW, FOLLOW = ("w1", "qkv"), ("w2", "out"), ("gelu", "attn")
@@ -29,14 +29,20 @@ def _find(options, want) -> int:
                         "over all the devices).")
 
 
-def data_parallel(graph: Graph, mesh_shape, system) -> Solution:
-    """Every op split along the batch (rows) over all mesh axes; weights replicated."""
-    axes = _all(mesh_shape)
-    return fixed(graph, mesh_shape, system, lambda op, options: _find(
+def _problem(graph, mesh_shape, system) -> Problem:
+    return graph if isinstance(graph, Problem) else problem(graph, mesh_shape, system)
+
+
+def data_parallel(graph: Graph | Problem, mesh_shape=None, system=None) -> Solution:
+    """Every op split along the batch (rows) over all mesh axes; weights replicated (``graph``
+    may be a tabulated :class:`Problem`, then without mesh and system)."""
+    p = _problem(graph, mesh_shape, system)
+    axes = _all(p.mesh_shape)
+    return fixed_problem(p, lambda op, options: _find(
         options, lambda s: s.in_specs[0] == P(axes, None) and s.out_spec[0] == axes))
 
 
-def megatron(graph: Graph, mesh_shape, system) -> Solution:
+def megatron(graph: Graph | Problem, mesh_shape=None, system=None) -> Solution:
     """Megatron over all mesh axes: ``w1``/``qkv`` column-parallel, ``w2``/``out`` row-parallel,
     ``gelu``/``attn`` on the split columns, the rest replicated.
 
@@ -44,7 +50,8 @@ def megatron(graph: Graph, mesh_shape, system) -> Solution:
         ArgumentError: an op whose name does not say its role (only for mlp() and
             transformer() graphs).
     """
-    axes = _all(mesh_shape)
+    p = _problem(graph, mesh_shape, system)
+    axes = _all(p.mesh_shape)
 
     def pick(op, options):
         role = op.name.split(".")[0]
@@ -60,7 +67,7 @@ def megatron(graph: Graph, mesh_shape, system) -> Solution:
         raise ArgumentError(f"op {op.name!r}: megatron() knows the roles of mlp() and "
                             "transformer() ops only.")
 
-    return fixed(graph, mesh_shape, system, pick)
+    return fixed_problem(p, pick)
 
 
 def is_data_parallel(solution: Solution) -> bool:

@@ -116,7 +116,7 @@ class Builder:
     def matmul(self, name: str, x: str, features: int) -> str:
         """``name = x · W`` with a new weight ``W[D, features]``."""
         _positive(features=features)
-        rows, d = self.shapes[x] if x in self.shapes else (0, 0)
+        rows, d = self.shapes.get(x, (0, 0))
         return self._add(name, "matmul", "matmul", [x], (rows, features), (d, features))
 
     def gelu(self, name: str, x: str) -> str:

@@ -180,8 +180,12 @@ def solve(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution:
     Raises:
         ShardingError: an op with no strategy that divides, or no choice within the memory limit.
     """
+    return solve_problem(problem(graph, mesh_shape, system), memory_limit)
+
+
+def solve_problem(p: Problem, memory_limit=None) -> Solution:
+    """:func:`solve` for a problem already tabulated (to solve it under several limits)."""
     limit = _limit(memory_limit)
-    p = problem(graph, mesh_shape, system)
     sizes = [len(o) for o in p.options]
     starts = np.concatenate([[0], np.cumsum(sizes)])
     n_s = int(starts[-1])
@@ -279,9 +283,13 @@ def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
     Raises:
         ArgumentError: ``pick`` names a strategy the op does not have.
     """
-    p = problem(graph, mesh_shape, system)
+    return fixed_problem(problem(graph, mesh_shape, system), pick)
+
+
+def fixed_problem(p: Problem, pick) -> Solution:
+    """:func:`fixed` for a problem already tabulated."""
     choice = []
-    for op, options in zip(graph.ops, p.options, strict=True):
+    for op, options in zip(p.graph.ops, p.options, strict=True):
         want = pick(op, options)
         names = [s.notation for s in options]
         if isinstance(want, str):

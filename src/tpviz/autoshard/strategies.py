@@ -19,9 +19,10 @@ free local slice (replicated → sharded); in training the gradient is resharded
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jax.sharding import PartitionSpec as P
 
@@ -137,7 +138,7 @@ def _elementwise(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
 def _reduction(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
     found = []
     for spec in layouts(op.in_shapes[0], mesh_shape):
-        rows, cols = (list(spec) + [None, None])[:2]
+        rows, cols = ([*list(spec), None, None])[:2]
         out = P(rows, None)
         block = layout.shard_shape(op.shape, out, mesh_shape)
         n = math.prod(mesh_shape[a] for a in axes_of(cols))
@@ -155,14 +156,19 @@ def strategies(op: Op, mesh_shape, dtype="float32") -> list[Strategy]:
     Raises:
         ShardingError: no strategy divides the op's sizes.
     """
-    size = layout.dtype_size(dtype)
-    dtype = str(layout.dtype_of(dtype))
-    make = {"matmul": _matmul, "elementwise": _elementwise, "reduction": _reduction}[op.kind]
-    found = make(op, dict(mesh_shape), size, dtype)
+    found = _cached(replace(op, name="", inputs=("",) * len(op.inputs)),
+                    tuple(dict(mesh_shape).items()), str(layout.dtype_of(dtype)))
     if not found:
         raise ShardingError(f"op {op.name!r} ({op.fn}, shape {op.shape}) has no strategy on mesh "
                             f"{dict(mesh_shape)}: its sizes do not divide.")
-    return found
+    return list(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached(op: Op, mesh: tuple, dtype: str) -> tuple[Strategy, ...]:
+    """The strategies depend on the op's kind and shapes only (ops of every layer share them)."""
+    make = {"matmul": _matmul, "elementwise": _elementwise, "reduction": _reduction}[op.kind]
+    return tuple(make(op, dict(mesh), layout.dtype_size(dtype), dtype))
 
 
 def reshard(shape, src, dst, mesh_shape, dtype="float32") -> Collectives:
@@ -171,9 +177,15 @@ def reshard(shape, src, dst, mesh_shape, dtype="float32") -> Collectives:
     other dimension), then all-gathers (sharded → replicated), each on the current block.
     Layouts are compared per dimension as sets of axes (a reordering of devices is free here).
     """
-    size, dtype = layout.dtype_size(dtype), str(layout.dtype_of(dtype))
-    cur = [list(axes_of(e)) for e in (list(src) + [None, None])[:2]]
-    want = [set(axes_of(e)) for e in (list(dst) + [None, None])[:2]]
+    return Collectives(_reshard(tuple(shape), P(*src), P(*dst),
+                                tuple(dict(mesh_shape).items()), str(layout.dtype_of(dtype))))
+
+
+@functools.lru_cache(maxsize=65536)
+def _reshard(shape, src, dst, mesh: tuple, dtype: str) -> tuple[Collective, ...]:
+    mesh_shape, size = dict(mesh), layout.dtype_size(dtype)
+    cur = [list(axes_of(e)) for e in ([*list(src), None, None])[:2]]
+    want = [set(axes_of(e)) for e in ([*list(dst), None, None])[:2]]
     where = {a: i for i, d in enumerate(want) for a in d}
     out = Collectives()
     for step in ("slice", "all-to-all", "all-gather"):
@@ -196,7 +208,7 @@ def reshard(shape, src, dst, mesh_shape, dtype="float32") -> Collectives:
                                                mesh_shape)
                 out.append(Collective(kind, math.prod(block) * size, mesh_shape[axis], dtype,
                                       tuple(block), (axis,), what=f"reshard along {axis}"))
-    return out
+    return tuple(out)
 
 
 def _undo(cur, axis, now, goal):
