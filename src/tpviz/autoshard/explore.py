@@ -4,7 +4,6 @@ choice for one MLP block, beside data parallelism and Megatron."""
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
@@ -22,7 +21,6 @@ MESHES = {"8": {"X": 8}, "2 × 4": {"X": 2, "Y": 4}, "4 × 2": {"X": 4, "Y": 2}}
 GIB = 2**30
 
 
-@functools.lru_cache(maxsize=256)
 def _plans(mesh: str, bandwidth_gbs: float, batch: int, hidden: int, limit_gib: float):
     system = cost.System(f"H100 FLOP/s, {bandwidth_gbs:g} GB/s", cost.SYSTEMS[
         "H100 (NVLink)"].flops, bandwidth_gbs * 1e9, "nvidia2023h100")
@@ -77,3 +75,10 @@ def explore_autoshard(mesh: str = "8", bandwidth_gbs: float = 450.0, batch: int 
                                              style=STYLE),
     }
     return live(controls, render_autoshard)
+
+
+# settings the benchmarks time: the defaults, a 2D mesh, and a memory limit
+BENCHMARKS = [(render_autoshard, dict(mesh="8", bandwidth_gbs=450.0, batch=8192, hidden=4096,
+                                      limit_gib=0.0)),
+              (render_autoshard, dict(mesh="2 × 4", bandwidth_gbs=50.0, batch=131072,
+                                      hidden=8192, limit_gib=4.0))]
