@@ -329,9 +329,19 @@ def test_check_stages(capsys):
 
 
 def test_check_greedy_trap(capsys):
-    g = auto.Builder(x=(4096, 256))
-    g.matmul("m1", g.matmul("m0", "x", 64), 16384)
-    passes(ex.check_greedy_trap, g.graph(), {"X": 8}, capsys=capsys)
-    fails(ex.check_greedy_trap, auto.mlp(1024, 8192, 32768), {"X": 8}, words="within")
-    fails(ex.check_greedy_trap, auto.mlp(64, 64, 256, 3), {"X": 8}, words="at most 8")
-    fails(ex.check_greedy_trap, "graph", {"X": 8}, words="give a Graph")
+    def design():
+        g = auto.Builder(x=(4096, 256))
+        g.matmul("m1", g.matmul("m0", "x", 64), 16384)
+        return g.graph(), {"X": 8}
+
+    passes(ex.check_greedy_trap, design, capsys=capsys)
+    fails(ex.check_greedy_trap, lambda: (auto.mlp(1024, 8192, 32768), {"X": 8}), words="within")
+    fails(ex.check_greedy_trap, lambda: (auto.mlp(64, 64, 256, 3), {"X": 8}), words="at most 8")
+    fails(ex.check_greedy_trap, lambda: ("graph", {"X": 8}), words="give a Graph")
+    fails(ex.check_greedy_trap, lambda: auto.mlp(64, 64, 256), words="pair")
+
+    def raises():
+        raise NotImplementedError
+
+    ex.check_greedy_trap(raises)
+    assert "not attempted" in capsys.readouterr().out

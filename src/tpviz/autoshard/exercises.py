@@ -156,9 +156,14 @@ def check_stages(latency: float) -> str:
 
 
 @checker("A graph where greedy loses")
-def check_greedy_trap(graph: Graph, mesh_shape: dict) -> str:
-    """A graph (≤ 8 ops) and a mesh on which choosing each op's cheapest strategy in order
-    (:func:`tpviz.autoshard.greedy`) costs at least 5 % more than the ILP's optimum."""
+def check_greedy_trap(design) -> str:
+    """``design() -> (graph, mesh_shape)``: a graph (≤ 8 ops) and a mesh on which choosing each
+    op's cheapest strategy in order (:func:`tpviz.autoshard.greedy`) costs at least 5 % more
+    than the ILP's optimum."""
+    out = call(design, what="your design function")
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise Wrong("return a pair (graph, mesh_shape).")
+    graph, mesh_shape = out
     if not isinstance(graph, Graph):
         raise Wrong(f"give a Graph (tpviz.autoshard.Builder(...).graph() or mlp(...)), not a "
                     f"{type(graph).__name__}.")
