@@ -320,12 +320,13 @@ def test_check_switch_batch(capsys):
 
 
 def test_check_stages(capsys):
-    costs, best = [4, 1, 1, 1, 1, 4], auto.stages([4, 1, 1, 1, 1, 4], 4, 8, [(1,), (2,)])
-    passes(ex.check_stages, best.latency, capsys=capsys)
-    four = auto.stages(costs, 4, 8, [(1,)]).latency
-    assert four > best.latency
-    fails(ex.check_stages, four, words="single-device")
-    fails(ex.check_stages, sum(costs) / 4 * 8, words="not right")
+    # by hand: layers [1, 2] on one device (3 s), [6] on two (3 s), [2] on one (2 s):
+    # Σ t = 8, max t = 3, T = 8 + 7 · 3 = 29
+    passes(ex.check_stages, 29, capsys=capsys)
+    fails(ex.check_stages, 53, words="single-device")  # [1], [2], [6], [2]: 11 + 7 · 6
+    fails(ex.check_stages, 33.5, words="two stages of 2")  # [1, 2]/2, [6, 2]/2: 5.5 + 7 · 4
+    fails(ex.check_stages, 22, words="perfectly even")  # 11 / 4 · 8
+    fails(ex.check_stages, 30, words="not right")
 
 
 def test_check_greedy_trap(capsys):

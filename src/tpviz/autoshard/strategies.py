@@ -100,8 +100,7 @@ def _matmul(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
         except ShardingError:
             continue
         x_spec, w_spec, y_spec = P(e["B"], e["D"]), P(e["D"], e["F"]), P(e["B"], e["F"])
-        named = [_named(c, w) for c, w in ((fwd, "Y = X·W"), (dx, "dX = dY·Wᵀ"),
-                                           (dw, "dW = Xᵀ·dY"))]
+        named = [_named(c, w) for c, w in ((fwd, "Y"), (dx, "dX"), (dw, "dW"))]
         notation = (f"{to_notation(x_spec, 'X', ('B', 'D'))} · "
                     f"{to_notation(w_spec, 'W', ('D', 'F'))}")
         memory = 2 * _block_bytes((d, f), w_spec, mesh_shape, size) + _block_bytes(
@@ -114,7 +113,8 @@ def _matmul(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
 
 def _named(p, what: str) -> tuple[Collective, ...]:
     return tuple(Collective(c.kind, c.bytes, c.group_size, p.dtype, p.y_block, c.axes,
-                            what=f"{c.what} of {what}") for c in p.collectives if c.moves_data)
+                            what=f"partial sums of {what}") for c in p.collectives
+                 if c.moves_data)
 
 
 def _elementwise(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
