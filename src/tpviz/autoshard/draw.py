@@ -71,8 +71,9 @@ def graph(solution: Solution, per_row: int = 8, title: str = "", notation: bool 
 
 def stages(plan: Stages, title: str = "") -> Figure:
     """Each stage as a bar: its layers, its submesh and its time per microbatch."""
-    fig = Figure(figsize=(8, 0.6 + 0.4 * len(plan.times)))
-    ax = fig.add_axes((0.22, 0.12, 0.75, 0.78))
+    height = 1.0 + 0.4 * len(plan.times)
+    fig = Figure(figsize=(8, height))
+    ax = fig.add_axes((0.24, 0.5 / height, 0.73, 1 - 0.8 / height))
     for i, ((a, b), s, t) in enumerate(zip(plan.bounds, plan.submeshes, plan.times,
                                            strict=True)):
         colour = OKABE_ITO[4] if t == max(plan.times) else OKABE_ITO[1]
