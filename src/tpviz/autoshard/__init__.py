@@ -2,8 +2,8 @@
 
 Rooms: ``graph`` (a tiny op graph; :func:`mlp`, :func:`transformer`, :class:`Builder`),
 ``strategies`` (each op's strategies and costs, resharding an edge), ``solve`` (the ILP with
-``scipy.optimize.milp``, :func:`brute_force`, :func:`greedy`), ``compare`` (data parallelism and
-Megatron as fixed choices, the switch point), ``stages`` (the inter-op DP), ``run`` (the choice
+``scipy.optimize.milp``, :func:`brute_force`), ``compare`` (data parallelism, Megatron and
+greedy choice beside it, the switch point), ``stages`` (the inter-op DP), ``run`` (the choice
 under ``jax.jit`` with sharding constraints, and GSPMD's own propagation), ``draw``, ``explore``
 and ``exercises``.
 """
@@ -11,6 +11,7 @@ and ``exercises``.
 from tpviz.autoshard import draw
 from tpviz.autoshard.compare import (
     data_parallel,
+    greedy,
     is_data_parallel,
     is_megatron,
     megatron,
@@ -25,7 +26,6 @@ from tpviz.autoshard.solve import (
     brute_force,
     fixed,
     fixed_problem,
-    greedy,
     problem,
     same_strategies,
     solve,

@@ -1,4 +1,5 @@
-"""The solver's choice beside the hand-made plans of earlier chapters, and where it switches.
+"""The solver's choice beside the hand-made plans of earlier chapters and greedy choice, and
+where it switches.
 
 ``data_parallel`` splits the batch over every mesh axis; ``megatron`` splits the first matmul of
 each half-block by columns and the second by rows over every mesh axis (chapter 3). Both are
@@ -7,10 +8,11 @@ fixed choices costed by the same model as the solver, so the three compare direc
 
 from __future__ import annotations
 
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from tpviz.autoshard.graph import Graph, mlp
-from tpviz.autoshard.solve import Problem, Solution, fixed_problem, problem, solve
+from tpviz.autoshard.solve import Problem, Solution, fixed_problem, problem, solution, solve
 from tpviz.errors import ArgumentError
 
 COLUMN, ROW, FOLLOW = ("w1", "qkv"), ("w2", "out"), ("gelu", "attn")
@@ -108,3 +110,17 @@ def switch_batch(hidden: int, ffn: int, mesh_shape, system, layers: int = 1,
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if dp(mid) else (mid, hi)
     return hi * n
+
+
+def greedy(graph: Graph, mesh_shape, system) -> Solution:
+    """Op by op in order, the strategy cheapest for that op alone: its own cost plus the
+    resharding from what its producers already chose. Not optimal in general."""
+    p = problem(graph, mesh_shape, system)
+    choice: list[int] = []
+    for v in range(len(p.options)):
+        total = p.node[v].copy()
+        for k, (u, w, _) in enumerate(p.edges):
+            if w == v:
+                total = total + p.edge[k][choice[u]]
+        choice.append(int(np.argmin(total)))
+    return solution(p, choice)

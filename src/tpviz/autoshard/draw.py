@@ -78,7 +78,8 @@ def stages(plan: Stages, title: str = "") -> Figure:
                                            strict=True)):
         colour = OKABE_ITO[4] if t == max(plan.times) else OKABE_ITO[1]
         ax.barh(i, t, color=colour)
-        ax.text(-0.01 * max(plan.times), i, f"layers {a}–{b - 1}, submesh "
+        where = f"layer {a}" if b - a == 1 else f"layers {a}–{b - 1}"
+        ax.text(-0.01 * max(plan.times), i, f"{where}, submesh "
                 f"{'×'.join(map(str, s))}", ha="right", va="center", fontsize=8)
     ax.set_yticks([])
     ax.invert_yaxis()

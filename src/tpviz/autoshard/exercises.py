@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from tpviz.autoshard.compare import is_data_parallel, is_megatron
+from tpviz.autoshard.compare import greedy, is_data_parallel, is_megatron
 from tpviz.autoshard.graph import Graph, mlp
-from tpviz.autoshard.solve import greedy, solve
+from tpviz.autoshard.solve import solve
 from tpviz.autoshard.stages import stages
 from tpviz.autoshard.strategies import reshard
 from tpviz.core.exercises import NotAttempted, Wrong, call, checker, expect_number, is_stub

@@ -262,20 +262,6 @@ def brute_force(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution
     return solution(p, best)
 
 
-def greedy(graph: Graph, mesh_shape, system) -> Solution:
-    """Op by op in order, the strategy cheapest for that op alone: its own cost plus the
-    resharding from what its producers already chose. Not optimal in general."""
-    p = problem(graph, mesh_shape, system)
-    choice: list[int] = []
-    for v in range(len(p.options)):
-        total = p.node[v].copy()
-        for k, (u, w, _) in enumerate(p.edges):
-            if w == v:
-                total = total + p.edge[k][choice[u]]
-        choice.append(int(np.argmin(total)))
-    return solution(p, choice)
-
-
 def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
     """The solution where ``pick(op, strategies)`` names each op's strategy (by notation or
     index), e.g. data parallelism or Megatron, for comparison with the solver's choice.
