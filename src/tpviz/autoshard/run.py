@@ -61,14 +61,14 @@ def function(graph: Graph, solution: Solution | None = None, mesh=None):
     def f(args):
         env = dict(args)
         for op in graph.ops:
-            s = solution.choice[op.name] if solution is not None else None
-            ins = [env[i] if s is None else constrain(env[i], spec)
-                   for i, spec in zip(op.inputs, s.in_specs if s else op.inputs, strict=True)]
+            ins = [env[i] for i in op.inputs]
             w = env.get(op.name) if op.kind == "matmul" else None
-            if w is not None and s is not None:
-                w = constrain(w, s.weight_spec)
+            if solution is not None:  # the chosen strategy's layouts
+                s = solution.choice[op.name]
+                ins = [constrain(a, spec) for a, spec in zip(ins, s.in_specs, strict=True)]
+                w = constrain(w, s.weight_spec) if w is not None else None
             out = _apply(op, ins, w)
-            env[op.name] = out if s is None else constrain(out, s.out_spec)
+            env[op.name] = out if solution is None else constrain(out, s.out_spec)
         return env[graph.output]
 
     return f
