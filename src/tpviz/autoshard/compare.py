@@ -2,8 +2,8 @@
 where it switches.
 
 ``data_parallel`` splits the batch over every mesh axis; ``megatron`` splits the first matmul of
-each half-block by columns and the second by rows over every mesh axis (chapter 3). Both are
-fixed choices costed by the same model as the solver, so the three compare directly.
+each half-block by columns and the second by rows over every mesh axis (the Megatron chapter).
+Both are fixed choices costed by the same model as the solver, so the three compare directly.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ A strategy puts each mesh axis on one dimension of the op, or on none (replicate
   on a k-axis mesh). A training step runs three matmuls, each contracting one of the three
   dimensions: ``Y = X W`` contracts D, ``dX = dY Wᵀ`` contracts F, ``dW = Xᵀ dY`` contracts
   B. Sharding the contracted dimension leaves partial sums, so each costs an all-reduce of its
-  result (chapter 2's case 3): D sharded → all-reduce Y (Megatron's row-parallel ``g``), F
-  sharded → all-reduce dX (column-parallel's ``f``), B sharded → all-reduce dW (data
-  parallelism). :func:`tpviz.matmul.plan` plans each of the three;
+  result (case 3 of the sharded-matmul chapter): D sharded → all-reduce Y (Megatron's
+  row-parallel ``g``), F sharded → all-reduce dX (column-parallel's ``f``), B sharded →
+  all-reduce dW (data parallelism). :func:`tpviz.matmul.plan` plans each of the three;
 - element-wise ops follow their input: any layout of ``[B, H]``, no communication;
 - a sum over the columns: columns sharded → each device holds a partial sum, all-reduce it.
 
