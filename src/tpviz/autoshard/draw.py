@@ -26,7 +26,8 @@ def label(s: Strategy) -> str:
         return {(): "replicated", ("B",): "data parallel", ("F",): "column-parallel",
                 ("D",): "row-parallel", ("B", "F"): "2D", ("B", "D"): "2D"}.get(
                     tuple(split), "other")
-    rows, cols = (axes_of(e) for e in ([*list(s.in_specs[0]), None, None])[:2])
+    spec = s.in_specs[0] if s.in_specs else s.out_spec
+    rows, cols = (axes_of(e) for e in ([*list(spec), None, None])[:2])
     return ("2D" if rows and cols else "data parallel" if rows else
             "columns split" if cols else "replicated")
 

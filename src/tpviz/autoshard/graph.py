@@ -82,9 +82,33 @@ class Graph:
                 for k, src in enumerate(o.inputs) if src in index]
 
     @property
+    def nodes(self) -> tuple[Op, ...]:
+        """The ops the solver places: every op, preceded by an ``input`` node for each graph input
+        read by more than one op (it arrives in one layout, which its readers may have to
+        reshard); an input read once arrives in whatever layout its reader wants."""
+        readers = [i for op in self.ops for i in op.inputs if i in self.inputs]
+        shared = tuple(Op(name, "input", "input", (), (), tuple(shape))
+                       for name, shape in self.inputs.items() if readers.count(name) > 1)
+        return shared + self.ops
+
+    @property
+    def node_edges(self) -> list[tuple[int, int, int]]:
+        """:attr:`edges` over :attr:`nodes`."""
+        nodes = self.nodes
+        index = {o.name: i for i, o in enumerate(nodes)}
+        return [(index[src], j, k) for j, o in enumerate(nodes)
+                for k, src in enumerate(o.inputs) if src in index]
+
+    @property
     def output(self) -> str:
         """The last op's name: what the graph computes."""
         return self.ops[-1].name
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Every op no other op reads: all of them are results (none is dead code)."""
+        read = {i for op in self.ops for i in op.inputs}
+        return tuple(op.name for op in self.ops if op.name not in read)
 
 
 def _positive(**sizes) -> None:

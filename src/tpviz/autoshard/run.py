@@ -51,8 +51,8 @@ def _apply(op: Op, args, w):
 
 
 def function(graph: Graph, solution: Solution | None = None, mesh=None):
-    """``f(x_and_weights: dict) -> output``; with a solution and a mesh, every op's inputs,
-    weight and output constrained to its strategy."""
+    """``f(x_and_weights: dict) -> {output name: array}`` (every op no other op reads); with a
+    solution and a mesh, every op's inputs, weight and output constrained to its strategy."""
     def constrain(a, spec):
         if solution is None:
             return a
@@ -60,6 +60,10 @@ def function(graph: Graph, solution: Solution | None = None, mesh=None):
 
     def f(args):
         env = dict(args)
+        if solution is not None:  # shared inputs arrive in their chosen layout
+            for name in graph.inputs:
+                if name in solution.choice:
+                    env[name] = constrain(env[name], solution.choice[name].out_spec)
         for op in graph.ops:
             ins = [env[i] for i in op.inputs]
             w = env.get(op.name) if op.kind == "matmul" else None
@@ -69,15 +73,16 @@ def function(graph: Graph, solution: Solution | None = None, mesh=None):
                 w = constrain(w, s.weight_spec) if w is not None else None
             out = _apply(op, ins, w)
             env[op.name] = out if solution is None else constrain(out, s.out_spec)
-        return env[graph.output]
+        return {name: env[name] for name in graph.outputs}
 
     return f
 
 
 def shardings(graph: Graph, solution: Solution, mesh) -> dict[str, NamedSharding]:
     """The arguments' shardings: each weight as its matmul's strategy wants it, each graph input
-    as its first reader wants it."""
-    out = {}
+    in its chosen layout (an input read once: as its reader wants it)."""
+    out = {name: NamedSharding(mesh, solution.choice[name].out_spec)
+           for name in graph.inputs if name in solution.choice}
     for op in graph.ops:
         s = solution.choice[op.name]
         if op.kind == "matmul":
@@ -114,10 +119,10 @@ def program(graph: Graph, solution: Solution, mesh, constrain: str = "all",
     args = {k: jax.device_put(v, placed[k]) for k, v in values(graph, seed).items()}
     if not training:
         return jax.jit(f), args
-    out_spec = solution.choice[graph.output].out_spec
     rng = np.random.default_rng(seed + 1)
-    dy = jax.device_put(rng.standard_normal(graph.ops[-1].shape).astype(graph.dtype),
-                        NamedSharding(mesh, out_spec))
+    dy = {name: jax.device_put(rng.standard_normal(graph.op(name).shape).astype(graph.dtype),
+                               NamedSharding(mesh, solution.choice[name].out_spec))
+          for name in graph.outputs}
 
     def step(args, dy):
         y, back = jax.vjp(f, args)
@@ -166,7 +171,7 @@ def execute(graph: Graph, solution: Solution, mesh, seed: int = 0,
     ref_fn, ref_args = function(graph), {k: jax.device_put(v, one)
                                          for k, v in values(graph, seed).items()}
     if training:
-        dy = jax.device_put(np.asarray(args[1]), one)
+        dy = {k: jax.device_put(np.asarray(v), one) for k, v in args[1].items()}
         y, back = jax.vjp(ref_fn, ref_args)
         want = (y, back(dy)[0])
     else:

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from tpviz.autoshard.graph import Graph
+from tpviz.autoshard.graph import Graph, Op
 from tpviz.autoshard.strategies import Strategy, reshard, strategies
 from tpviz.core import cost
 from tpviz.core.collectives import Collectives
@@ -62,7 +62,8 @@ class Problem:
     graph: Graph
     mesh_shape: dict[str, int]
     system: cost.System
-    options: tuple[tuple[Strategy, ...], ...]  # per op
+    ops: tuple[Op, ...]  # the graph's nodes: shared inputs, then its ops
+    options: tuple[tuple[Strategy, ...], ...]  # per node
     node: tuple[np.ndarray, ...]  # per op: compute + communication of each strategy
     edges: tuple[tuple[int, int, int], ...]  # (producer, consumer, input position)
     edge: tuple[np.ndarray, ...]  # per edge: [producer strategy, consumer strategy]
@@ -86,15 +87,16 @@ def problem(graph: Graph, mesh_shape, system) -> Problem:
         raise ArgumentTypeError(f"graph must be a tpviz.autoshard Graph (from mlp(), "
                                 f"transformer() or Builder), got {type(graph).__name__}.")
     mesh_shape, system = _mesh(mesh_shape), system_of(system)
-    options = tuple(tuple(strategies(op, mesh_shape, graph.dtype)) for op in graph.ops)
-    p = Problem(graph, mesh_shape, system, options, (), tuple(graph.edges), (), ())
+    ops = graph.nodes
+    options = tuple(tuple(strategies(op, mesh_shape, graph.dtype)) for op in ops)
+    p = Problem(graph, mesh_shape, system, ops, options, (), tuple(graph.node_edges), (), ())
     node = tuple(np.array([s.flops / system.flops + p.time(s.forward + s.backward) for s in o])
                  for o in options)
     memory = tuple(np.array([s.memory for s in o], dtype=float) for o in options)
     cache: dict = {}
     edge = []
     for u, v, k in p.edges:
-        shape = graph.ops[v].in_shapes[k]
+        shape = ops[v].in_shapes[k]
         table = np.zeros((len(options[u]), len(options[v])))
         for i, a in enumerate(options[u]):
             for j, b in enumerate(options[v]):
@@ -105,7 +107,7 @@ def problem(graph: Graph, mesh_shape, system) -> Problem:
                         shape, b.in_specs[k], a.out_spec, mesh_shape, graph.dtype))
                 table[i, j] = cache[key]
         edge.append(table)
-    return Problem(graph, mesh_shape, system, options, node, p.edges, tuple(edge), memory)
+    return Problem(graph, mesh_shape, system, ops, options, node, p.edges, tuple(edge), memory)
 
 
 @dataclass(frozen=True)
@@ -134,20 +136,20 @@ def solution(p: Problem, choice) -> Solution:
     """The :class:`Solution` of one strategy index per op."""
     g, forward, backward = p.graph, Collectives(), Collectives()
     picked = [p.options[v][i] for v, i in enumerate(choice)]
-    for v, op in enumerate(g.ops):
+    for v, op in enumerate(p.ops):
         for u, w, k in p.edges:
             if w == v:
                 forward += reshard(op.in_shapes[k], picked[u].out_spec, picked[v].in_specs[k],
                                    p.mesh_shape, g.dtype)
         forward += picked[v].forward
     for u, v, k in reversed(p.edges):
-        backward += reshard(g.ops[v].in_shapes[k], picked[v].in_specs[k], picked[u].out_spec,
+        backward += reshard(p.ops[v].in_shapes[k], picked[v].in_specs[k], picked[u].out_spec,
                             p.mesh_shape, g.dtype)
     for s in reversed(picked):
         backward += s.backward
-    return Solution({op.name: s.notation for op, s in zip(g.ops, picked, strict=True)},
+    return Solution({op.name: s.notation for op, s in zip(p.ops, picked, strict=True)},
                     p.cost(choice), Collectives(forward), Collectives(backward),
-                    {op.name: s for op, s in zip(g.ops, picked, strict=True)}, p.bytes(choice), p)
+                    {op.name: s for op, s in zip(p.ops, picked, strict=True)}, p.bytes(choice), p)
 
 
 def _limit(memory_limit):
@@ -273,9 +275,13 @@ def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
 
 
 def fixed_problem(p: Problem, pick) -> Solution:
-    """:func:`fixed` for a problem already tabulated."""
-    choice = []
-    for op, options in zip(p.graph.ops, p.options, strict=True):
+    """:func:`fixed` for a problem already tabulated. Shared inputs take the layout cheapest for
+    their readers' picks."""
+    choice: list[int] = []
+    for op, options in zip(p.ops, p.options, strict=True):
+        if op.kind == "input":
+            choice.append(-1)
+            continue
         want = pick(op, options)
         names = [s.notation for s in options]
         if isinstance(want, str):
@@ -283,6 +289,10 @@ def fixed_problem(p: Problem, pick) -> Solution:
                 raise ArgumentError(f"op {op.name!r} has no strategy {want!r}; it has {names}.")
             want = names.index(want)
         choice.append(int(want))
+    for v, op in enumerate(p.ops):
+        if op.kind == "input":
+            total = sum(p.edge[k][:, choice[w]] for k, (u, w, _) in enumerate(p.edges) if u == v)
+            choice[v] = int(np.argmin(total))
     return solution(p, choice)
 
 

@@ -150,6 +150,13 @@ def _reduction(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
     return found
 
 
+def _input(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
+    """A graph input read by several ops: any layout, delivered by the data loader for free."""
+    return [Strategy(to_notation(spec, "A", ("B", "H")), (), spec, None, 0, (), (),
+                     _block_bytes(op.shape, spec, mesh_shape, size))
+            for spec in layouts(op.shape, mesh_shape)]
+
+
 def strategies(op: Op, mesh_shape, dtype="float32") -> list[Strategy]:
     """The strategies of ``op`` on ``mesh_shape`` (axis name → size) whose sizes divide.
 
@@ -167,7 +174,8 @@ def strategies(op: Op, mesh_shape, dtype="float32") -> list[Strategy]:
 @functools.lru_cache(maxsize=4096)
 def _cached(op: Op, mesh: tuple, dtype: str) -> tuple[Strategy, ...]:
     """The strategies depend on the op's kind and shapes only (ops of every layer share them)."""
-    make = {"matmul": _matmul, "elementwise": _elementwise, "reduction": _reduction}[op.kind]
+    make = {"matmul": _matmul, "elementwise": _elementwise, "reduction": _reduction,
+            "input": _input}[op.kind]
     return tuple(make(op, dict(mesh), layout.dtype_size(dtype), dtype))
 
 
@@ -175,7 +183,8 @@ def reshard(shape, src, dst, mesh_shape, dtype="float32") -> Collectives:
     """The collectives that turn an array laid out as ``src`` into ``dst``, one mesh axis at a
     time: first the free local slices (replicated → sharded), then all-to-alls (moved to the
     other dimension), then all-gathers (sharded → replicated), each on the current block.
-    Layouts are compared per dimension as sets of axes (a reordering of devices is free here).
+    Layouts are compared per dimension as sets of axes: a change of their order (which GSPMD
+    carries out with a collective-permute) is free here.
     """
     return Collectives(_reshard(tuple(shape), P(*src), P(*dst),
                                 tuple(dict(mesh_shape).items()), str(layout.dtype_of(dtype))))
