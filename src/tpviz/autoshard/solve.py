@@ -115,7 +115,8 @@ class Solution:
     """The chosen strategy of every op.
 
     Attributes:
-        strategies: op name → its sharding in the book's notation.
+        strategies: op name → its sharding in the book's notation (a graph input read by several
+            ops is listed too: the layout it arrives in).
         cost: seconds per training step (compute + communication + resharding).
         collectives: the planned collectives of the forward pass, op by op, resharding included.
         backward: those of the backward pass.
