@@ -15,6 +15,7 @@ from tpviz.autoshard.compare import (
     is_data_parallel,
     is_megatron,
     megatron,
+    same_strategies,
     switch_batch,
 )
 from tpviz.autoshard.explore import explore_autoshard, render_autoshard
@@ -27,7 +28,6 @@ from tpviz.autoshard.solve import (
     fixed,
     fixed_problem,
     problem,
-    same_strategies,
     solve,
     solve_problem,
 )

@@ -12,7 +12,15 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from tpviz.autoshard.graph import Graph, mlp
-from tpviz.autoshard.solve import Problem, Solution, fixed_problem, problem, solution, solve
+from tpviz.autoshard.solve import (
+    Problem,
+    Solution,
+    fixed,
+    fixed_problem,
+    problem,
+    solution,
+    solve,
+)
 from tpviz.errors import ArgumentError
 
 COLUMN, ROW, FOLLOW = ("w1", "qkv"), ("w2", "out"), ("gelu", "attn")
@@ -124,3 +132,10 @@ def greedy(graph: Graph, mesh_shape, system) -> Solution:
                 total = total + p.edge[k][choice[u]]
         choice.append(int(np.argmin(total)))
     return solution(p, choice)
+
+
+def same_strategies(solution: Solution, graph: Graph) -> Solution:
+    """The strategies of ``solution`` (planned for some sizes) on another graph of the same ops,
+    e.g. a small one to execute: the strategies, not the sizes, are what runs."""
+    p = solution.problem
+    return fixed(graph, p.mesh_shape, p.system, lambda op, _: solution.strategies[op.name])

@@ -295,10 +295,3 @@ def fixed_problem(p: Problem, pick) -> Solution:
             total = sum(p.edge[k][:, choice[w]] for k, (u, w, _) in enumerate(p.edges) if u == v)
             choice[v] = int(np.argmin(total))
     return solution(p, choice)
-
-
-def same_strategies(solution: Solution, graph: Graph) -> Solution:
-    """The strategies of ``solution`` (planned for some sizes) on another graph of the same ops,
-    e.g. a small one to execute: the strategies, not the sizes, are what runs."""
-    p = solution.problem
-    return fixed(graph, p.mesh_shape, p.system, lambda op, _: solution.strategies[op.name])
