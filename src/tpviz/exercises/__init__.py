@@ -3,6 +3,15 @@
 The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpviz.core.exercises`.
 """
 
+from tpviz.autoshard.exercises import (
+    check_column_parallel_bytes,
+    check_edge_bytes,
+    check_edge_constraints,
+    check_gelu_layout,
+    check_greedy_trap,
+    check_stages,
+    check_switch_batch,
+)
 from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
 from tpviz.layouts.exercises import (
     check_bytes_per_device,
@@ -52,17 +61,24 @@ __all__ = [
     "check_bytes_per_device",
     "check_cases",
     "check_column_parallel",
+    "check_column_parallel_bytes",
     "check_conjugates",
+    "check_edge_bytes",
+    "check_edge_constraints",
     "check_fewest_devices",
     "check_final_reduce_scatter",
+    "check_gelu_layout",
     "check_grad_reduce_scatter",
+    "check_greedy_trap",
     "check_holders",
     "check_microbatches",
     "check_one_f_one_b",
     "check_reduce_scatter",
     "check_row_parallel",
     "check_rows_over_mesh",
+    "check_stages",
     "check_step_shardings",
+    "check_switch_batch",
     "check_total",
     "check_weight_bytes",
     "check_weight_versions",
