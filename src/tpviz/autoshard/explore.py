@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 
-import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from tpviz.autoshard.compare import data_parallel, megatron
@@ -14,7 +13,7 @@ from tpviz.autoshard.graph import mlp
 from tpviz.autoshard.solve import problem, solve_problem
 from tpviz.core import cost
 from tpviz.core.collectives import html_table
-from tpviz.core.widgets import STYLE, Live, live
+from tpviz.core.widgets import Controls, Live, live
 from tpviz.errors import ArgumentError
 
 MESHES = {"8": {"X": 8}, "2 × 4": {"X": 2, "Y": 4}, "4 × 2": {"X": 4, "Y": 2}}
@@ -59,20 +58,17 @@ def explore_autoshard(mesh: str = "8", bandwidth_gbs: float = 450.0, batch: int 
                       hidden: int = 4096, limit_gib: float = 0.0) -> Live:
     """Mesh shape, bandwidth, batch, hidden size and a memory limit → the ILP's choice and its
     cost next to data parallelism and Megatron."""
+    c = Controls("explore_autoshard")
     controls = {
-        "mesh": widgets.Dropdown(options=list(MESHES), value=mesh, description="mesh",
-                                 style=STYLE),
-        "bandwidth_gbs": widgets.SelectionSlider(options=[25.0, 50.0, 100.0, 225.0, 450.0, 900.0],
-                                                 value=bandwidth_gbs,
-                                                 description="bandwidth W (GB/s)", style=STYLE),
-        "batch": widgets.SelectionSlider(options=[2**k for k in range(9, 18)], value=batch,
-                                         description="batch B (tokens)", style=STYLE),
-        "hidden": widgets.SelectionSlider(options=[512, 1024, 2048, 4096, 8192], value=hidden,
-                                          description="hidden H", style=STYLE),
-        "limit_gib": widgets.SelectionSlider(options=[0.0, 0.25, 0.5, 1.0, 2.0, 4.0],
-                                             value=limit_gib,
-                                             description="memory limit (GiB, 0: none)",
-                                             style=STYLE),
+        "mesh": c.dropdown("mesh", mesh, MESHES, "mesh"),
+        "bandwidth_gbs": c.select_slider("bandwidth_gbs", bandwidth_gbs,
+                                         [25.0, 50.0, 100.0, 225.0, 450.0, 900.0],
+                                         "bandwidth W (GB/s)"),
+        "batch": c.select_slider("batch", batch, [2**k for k in range(9, 18)],
+                                 "batch B (tokens)"),
+        "hidden": c.select_slider("hidden", hidden, [512, 1024, 2048, 4096, 8192], "hidden H"),
+        "limit_gib": c.select_slider("limit_gib", limit_gib, [0.0, 0.25, 0.5, 1.0, 2.0, 4.0],
+                                     "memory limit (GiB, 0: none)"),
     }
     return live(controls, render_autoshard)
 
