@@ -73,7 +73,7 @@ def layouts(shape, mesh_shape) -> list[P]:
                 dims[w].append(axis)
         spec = _spec(dims)
         try:
-            layout.validate(shape, spec, mesh_shape)
+            layout.validate_spec(shape, spec, mesh_shape)
         except ShardingError:
             continue
         found.append(spec)
@@ -126,7 +126,7 @@ def _elementwise(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
         rows = spec[0] if len(spec) else None
         in_spec = spec if op.fn != "heads" else P(rows, spec[1] if len(spec) > 1 else None)
         try:
-            layout.validate(op.in_shapes[0], in_spec, mesh_shape)
+            layout.validate_spec(op.in_shapes[0], in_spec, mesh_shape)
         except ShardingError:
             continue
         local = math.prod(layout.shard_shape(op.shape, spec, mesh_shape))
