@@ -6,18 +6,20 @@ rooms (``plan``, ``run``, ``check``, ``draw``, ``explore``, ``exercises``) built
 ``pipeline``. ``tpviz.exercises`` gathers every checker.
 """
 
-from tpviz import core, errors, exercises, layouts, matmul, megatron, mesh2d, pipeline, zero
+from tpviz import core, errors, exercises, layouts, matmul, megatron, mesh2d, moe, pipeline, zero
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
 from tpviz.matmul import explore_matmul
 from tpviz.megatron import explore_megatron
 from tpviz.mesh2d import explore_mesh2d
+from tpviz.moe import explore_moe
 from tpviz.pipeline import explore_pipeline
 from tpviz.zero import explore_zero
 
 TOPICS = ("layouts", "matmul", "megatron", "zero", "mesh2d", "pipeline")  # in chapter order
 
 __all__ = ["TOPICS", "core", "errors", "exercises", "explore_layout", "explore_matmul",
-           "explore_megatron", "explore_mesh2d", "explore_pipeline", "explore_zero", "layouts",
-           "make_mesh", "matmul", "megatron", "mesh2d", "pipeline", "setup_devices", "zero"]
+           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline", "explore_zero",
+           "layouts", "make_mesh", "matmul", "megatron", "mesh2d", "moe", "pipeline",
+           "setup_devices", "zero"]
 __version__ = "0.2.0"
