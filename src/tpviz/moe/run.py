@@ -91,8 +91,8 @@ def forward(mesh, k: int, c: int, order: str = "before", axis: str = AXIS):
     """``fn(x, params) -> (y, aux)`` expert-parallel: tokens ``x[T, H]`` split over ``axis``
     (data-parallel), experts split E/N per device, dispatch and combine by all-to-all."""
     _check_order(order)
-    return jax.shard_map(lambda x, p: layer(x, p, k, c, order, axis), mesh=mesh,
-                         in_specs=(P(axis), specs(axis)), out_specs=(P(axis), P()))
+    return jax.jit(jax.shard_map(lambda x, p: layer(x, p, k, c, order, axis), mesh=mesh,
+                                 in_specs=(P(axis), specs(axis)), out_specs=(P(axis), P())))
 
 
 def _loss(fn):
