@@ -169,6 +169,8 @@ def test_check_errors():
         moe.check(64, 4, 2, 1.0)
     with pytest.raises(ArgumentError, match="capacity_factor"):
         moe.check(64, 8, 2, 0)
+    with pytest.raises(ShardingError, match="only 8 devices"):
+        moe.check(64, 16, 2, 1.0, devices=16)
 
 
 def test_drops_change_the_output():

@@ -8,7 +8,7 @@ import numpy as np
 
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collectives
-from tpviz.core.exercises import mesh_1d
+from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ShardingError
 from tpviz.moe.plan import AXIS, Plan, plan, route
 from tpviz.moe.run import (
@@ -78,10 +78,12 @@ def check(tokens: int, experts: int, top_k: int, capacity_factor: float, devices
             each of the planned bytes.
     """
     p = plan(tokens, experts, top_k, capacity_factor, devices, hidden, ffn)
-    try:
-        mesh = mesh_1d(devices, AXIS)
-    except ShardingError as e:
-        raise ShardingError(f"moe.check(devices={devices}): {e}") from None
+    available = chosen_devices()
+    if devices > len(available):
+        raise ShardingError(f"moe.check(devices={devices}): only {len(available)} devices are "
+                            f"set up; call tpviz.setup_devices({devices}) first (restart the "
+                            "kernel), or ask for fewer.")
+    mesh = make_mesh((devices,), (AXIS,), devices=available[:devices])
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((tokens, hidden), dtype=np.float32)
     target = rng.standard_normal((tokens, hidden), dtype=np.float32)

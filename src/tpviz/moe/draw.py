@@ -81,7 +81,7 @@ def load(r, devices: int, title: str = "", ax=None) -> Figure:
     e = r.probs.shape[1]
     routed, kept = r.load(), r.kept()
     if ax is None:
-        fig = Figure(figsize=(7.0, 2.6))
+        fig = Figure(figsize=(6.4, 2.4))
         ax = fig.subplots()
         fig.subplots_adjust(left=0.09, right=0.98, top=0.86, bottom=0.18)
     per = e // devices

@@ -17,6 +17,7 @@ backward pass repeats both. Everything here is NumPy: no devices, no JAX tracing
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -108,13 +109,15 @@ class Routing:
         return np.bincount(self.experts[self.keep], minlength=self.probs.shape[1])
 
 
-def top_k(logits: np.ndarray, k: int, order: str = "before") -> tuple[np.ndarray, np.ndarray]:
+def top_k(logits: np.ndarray, k: int, order: str = "before",
+          probs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each token's k largest logits (first = largest) and their gates.
 
     ``order="before"``: softmax over all E experts, then keep the k largest probabilities (Switch,
     GShard before its renormalisation): the gates sum to less than 1. ``"after"``: keep the k
     largest logits, then softmax over those k (Shazeer et al.'s Softmax(KeepTopK(H(x)))): the
-    gates sum to 1, and equal the "before" gates divided by their sum.
+    gates sum to 1, and equal the "before" gates divided by their sum. ``probs``: the softmax
+    of the logits, if already computed.
     """
     if order not in ORDERS:
         raise ArgumentError(f"order={order!r}: use 'before' (softmax, then top-k) or 'after'.")
@@ -125,7 +128,7 @@ def top_k(logits: np.ndarray, k: int, order: str = "before") -> tuple[np.ndarray
     experts = np.take_along_axis(part, np.argsort(-np.take_along_axis(logits, part, axis=1),
                                                   axis=1, kind="stable"), axis=1)
     if order == "before":
-        gates = np.take_along_axis(softmax(logits), experts, axis=1)
+        gates = np.take_along_axis(softmax(logits) if probs is None else probs, experts, axis=1)
     else:
         gates = softmax(np.take_along_axis(logits, experts, axis=1))
     return experts, gates
@@ -158,8 +161,9 @@ def route(logits: np.ndarray, top_k_: int, capacity_factor: float, groups: int =
     if t % groups:
         raise ShardingError(f"{t} tokens do not split into {groups} groups.")
     c = capacity(t // groups, e, top_k_, capacity_factor)
-    experts, gates = top_k(logits, top_k_, order)
-    return Routing(experts, gates, keep(experts, e, c, groups), softmax(logits), c, groups)
+    probs = softmax(logits)
+    experts, gates = top_k(logits, top_k_, order, probs)
+    return Routing(experts, gates, keep(experts, e, c, groups), probs, c, groups)
 
 
 def aux_loss(probs: np.ndarray, experts: np.ndarray, alpha: float = 0.01) -> float:
@@ -178,8 +182,14 @@ def aux_loss(probs: np.ndarray, experts: np.ndarray, alpha: float = 0.01) -> flo
 def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: int = 0) -> np.ndarray:
     """A synthetic router's logits: noise plus ``skew`` times a preference that falls linearly
     from expert 0 to expert E-1 (skew 0: balanced on average)."""
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((tokens, experts)) + skew * np.linspace(1, -1, experts)
+    return _noise(tokens, experts, seed) + skew * np.linspace(1, -1, experts)
+
+
+@functools.lru_cache(maxsize=16)
+def _noise(tokens: int, experts: int, seed: int) -> np.ndarray:
+    noise = np.random.default_rng(seed).standard_normal((tokens, experts))
+    noise.flags.writeable = False  # shared by the calls that hit the cache
+    return noise
 
 
 # --- the layer on N devices --------------------------------------------------------------------
