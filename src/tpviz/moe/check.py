@@ -19,6 +19,7 @@ from tpviz.moe.run import (
     place,
     reference,
     reference_step,
+    router_logits,
     train_step,
 )
 
@@ -107,7 +108,6 @@ def check(tokens: int, experts: int, top_k: int, capacity_factor: float, devices
     for what, got, training in (("forward", found, False), ("training step", found_step, True)):
         verify.same(_all_to_alls(got), _all_to_alls(p.collectives(training)),
                     f"the compiled shard_map {what}'s all-to-alls (kind, bytes, group size)")
-    logits = x @ params["router"]
-    dropped = route(logits, k, capacity_factor, devices, order).dropped
+    dropped = route(router_logits(x, params), k, capacity_factor, devices, order).dropped
     return Check(output_error, gradient_error, dropped, c, found, found_step,
                  compiled.collectives(g_fwd), compiled.collectives(g_step), p)

@@ -160,13 +160,18 @@ def gspmd_train_step(mesh, k: int, c: int, order: str = "before", axis: str = AX
 
 # --- the single-device reference ----------------------------------------------------------------
 
+def router_logits(x, params: dict) -> np.ndarray:
+    """``x @ router`` as the compiled programs compute it (XLA's float32 matmul, not NumPy's,
+    so that near-ties rank the experts the same way)."""
+    return np.asarray(jax.jit(jnp.matmul)(x, params["router"]))
+
+
 def _routing(x, params: dict, k: int, capacity_factor: float, groups: int, order: str):
     """Choices, drops and each group's fraction of choices per expert, from the NumPy routing of
     :mod:`tpviz.moe.plan` (concrete arrays)."""
     t = x.shape[0]
     e = params["router"].shape[1]
-    logits = np.asarray(x, np.float32) @ np.asarray(params["router"], np.float32)
-    experts, _ = top_k(logits, k, order)
+    experts, _ = top_k(router_logits(x, params), k, order)
     kept = keep(experts, e, capacity(t // groups, e, k, capacity_factor), groups)
     f = np.stack([np.bincount(g.ravel(), minlength=e) for g in experts.reshape(groups, -1)])
     return experts, kept, (f / (t // groups * k)).astype(np.float32)  # f: [G, E]
