@@ -6,13 +6,14 @@ Both take a :class:`tpviz.moe.plan.Routing` (NumPy; no devices): nothing is reco
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.collections import LineCollection
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from tpviz.core.figures import OKABE_ITO, palette
 
 DROPPED = OKABE_ITO[5]  # vermilion
+DROPPED_FILL = "#FBE0D5"  # a pale vermilion (hatching would cost the widget ~30 ms)
 
 
 def _positions(count: int, groups: int, span: float) -> np.ndarray:
@@ -74,23 +75,29 @@ def routing(r, devices: int, title: str = "") -> Figure:
     return fig
 
 
+def _bars(left: np.ndarray, bottom: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """Rectangles of width 0.8 from ``bottom`` to ``top``, as vertices [n, 4, 2]."""
+    x = np.stack([left, left + 0.8, left + 0.8, left], axis=1)
+    y = np.stack([bottom, bottom, top, top], axis=1)
+    return np.stack([x, y], axis=2)
+
+
 def load(r, devices: int, title: str = "", ax=None) -> Figure:
     """Choices routed to each expert (bars), the part its slots take (coloured by the device
-    that holds the expert) and the part dropped (vermilion), against the capacity: C slots per
-    group, ``groups · C`` per expert in all (dashed line); dotted: the average load."""
+    that holds the expert) and the part dropped (pale, outlined in vermilion), against the
+    capacity: C slots per group, ``groups · C`` per expert in all (dashed line); dotted: the
+    average load."""
     e = r.probs.shape[1]
     routed, kept = r.load(), r.kept()
     if ax is None:
         fig = Figure(figsize=(6.4, 2.4))
         ax = fig.subplots()
         fig.subplots_adjust(left=0.09, right=0.98, top=0.86, bottom=0.18)
-    per = e // devices
-    edges = np.arange(e + 1) - 0.5
-    for d, colour in enumerate(palette(devices)):  # one patch per device: fast to draw
-        mine = slice(d * per, (d + 1) * per)
-        ax.stairs(kept[mine], edges[d * per:(d + 1) * per + 1], fill=True, color=colour)
-    ax.stairs(routed, edges, baseline=kept, fill=True, facecolor="white", edgecolor=DROPPED,
-              hatch="////", linewidth=0.8)
+    left = np.arange(e) - 0.4  # one collection per kind of bar: fast to build and draw
+    colours = [c for c in palette(devices) for _ in range(e // devices)]  # by holder
+    ax.add_collection(PolyCollection(_bars(left, 0 * kept, kept), facecolors=colours))
+    ax.add_collection(PolyCollection(_bars(left, kept, routed), facecolors=DROPPED_FILL,
+                                     edgecolors=DROPPED, linewidths=0.8))
     slots = r.groups * r.capacity
     ax.axhline(slots, color="black", linestyle="--", linewidth=1)
     ax.text(e - 0.5, slots, f" capacity {r.groups} × {r.capacity}", va="bottom", ha="right",
@@ -103,6 +110,6 @@ def load(r, devices: int, title: str = "", ax=None) -> Figure:
     ax.tick_params(labelsize=7)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    ax.set_title(title or f"load per expert: {r.dropped:.1%} of the choices dropped "
-                          "(dotted: the average load)", fontsize=9, loc="left")
+    ax.set_title(title or f"load per expert: {r.dropped:.1%} of the choices dropped (pale); "
+                          "dotted: the average load", fontsize=9, loc="left")
     return ax.figure
