@@ -2,8 +2,8 @@
 
 Start every notebook with ``tpviz.setup_devices(8)``. Every topic is a package with the same
 rooms (``plan``, ``run``, ``check``, ``draw``, ``explore``, ``exercises``) built on
-:mod:`tpviz.core`: ``layouts`` (chapter 0), ``matmul``, ``megatron``, ``zero``, ``mesh2d``,
-``pipeline``, ``autoshard``. ``tpviz.exercises`` gathers every checker.
+:mod:`tpviz.core`; ``TOPICS`` lists them in chapter order. ``tpviz.exercises`` gathers every
+checker.
 """
 
 from tpviz import (
@@ -15,6 +15,7 @@ from tpviz import (
     matmul,
     megatron,
     mesh2d,
+    moe,
     pipeline,
     zero,
 )
@@ -24,13 +25,15 @@ from tpviz.layouts import explore_layout
 from tpviz.matmul import explore_matmul
 from tpviz.megatron import explore_megatron
 from tpviz.mesh2d import explore_mesh2d
+from tpviz.moe import explore_moe
 from tpviz.pipeline import explore_pipeline
 from tpviz.zero import explore_zero
 
-TOPICS = ("layouts", "matmul", "megatron", "zero", "mesh2d", "pipeline", "autoshard")  # by chapter
+# the topics, in chapter order
+TOPICS = ("layouts", "matmul", "megatron", "zero", "mesh2d", "pipeline", "moe", "autoshard")
 
 __all__ = ["TOPICS", "autoshard", "core", "errors", "exercises", "explore_autoshard",
            "explore_layout", "explore_matmul", "explore_megatron", "explore_mesh2d",
-           "explore_pipeline", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
-           "mesh2d", "pipeline", "setup_devices", "zero"]
+           "explore_moe", "explore_pipeline", "explore_zero", "layouts", "make_mesh", "matmul",
+           "megatron", "mesh2d", "moe", "pipeline", "setup_devices", "zero"]
 __version__ = "0.2.0"
