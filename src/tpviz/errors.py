@@ -51,3 +51,11 @@ class ArgumentTypeError(TpvizError, TypeError):
 
 class CheckFailed(TpvizError, AssertionError):
     """A sharded run or a compiled program differs from its reference or from the plan."""
+
+
+class WorkerError(TpvizError, ValueError, RuntimeError):
+    """A worker process (``tpviz.collectives.torch_run.launch``) raised or died."""
+
+
+class WorkerTimeout(WorkerError, TimeoutError):
+    """Worker processes that did not finish in time (often a deadlock in a collective)."""

@@ -1,0 +1,65 @@
+"""``explore_collectives``: algorithm × K × message size × α, β → steps, bytes, time, crossover."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from tpviz.collectives import plan as plans
+from tpviz.collectives.draw import cost_figure, steps_figure
+from tpviz.core.collectives import html_table
+from tpviz.core.widgets import STYLE, Live, live
+
+DEVICES = (2, 3, 4, 5, 6, 8, 16, 32, 64)
+SIZES = {"1 KB": 1e3, "64 KB": 6.4e4, "1 MB": 1e6, "16 MB": 1.6e7, "100 MB": 1e8, "1 GB": 1e9}
+
+
+def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1 MB",
+                       alpha_us: float = 5.0, beta_gbs: float = 50.0) -> tuple[str, Figure]:
+    """A table of every algorithm's steps, bytes per device and time at this size (with the
+    crossover against the chosen one), the chosen plan's steps drawn (K <= 16), and the times
+    against message size."""
+    nbytes, alpha, beta = SIZES[size], alpha_us * 1e-6, beta_gbs * 1e9
+    p = plans.plan(algorithm, "all-reduce", devices, nbytes)  # raises for a bad combination
+    rows = []
+    for other in plans.ALGORITHMS:
+        if other == "halving-doubling" and devices & (devices - 1):
+            continue
+        steps, slope = plans.line(other, "all-reduce", devices)
+        sent = max(plans.plan(other, "all-reduce", devices, 1.0).sent.values(), default=0)
+        v = None if other == algorithm else plans.crossover(algorithm, other, devices, alpha,
+                                                            beta)
+        rows.append((("▶ " if other == algorithm else "") + other, steps,
+                     f"{sent * nbytes / 1e6:,.3g} MB",
+                     f"{(steps * alpha + slope * nbytes / beta) * 1e3:,.3g} ms",
+                     "—" if v is None else f"{v / 1e6:,.3g} MB"))
+    html = html_table(("algorithm", "steps", "bytes sent (most, one device)", "time",
+                       f"equal to {algorithm} at"), rows)
+    html += (f"<p>Lower bound for any all-reduce: 2(K−1)/K·V = "
+             f"{plans.lower_bound(devices, nbytes) / 1e6:,.3g} MB per device.</p>")
+    if devices <= 16:
+        fig = Figure(figsize=(11, 3.6))
+        steps_figure(p, per_row=8 if devices <= 8 else 4, ax=fig.add_axes((0.0, 0.02, 0.5, 0.86)))
+        cost_figure(devices, alpha, beta, nbytes, ax=fig.add_axes((0.58, 0.15, 0.24, 0.75)))
+    else:
+        fig = cost_figure(devices, alpha, beta, nbytes)
+    return html, fig
+
+
+def explore_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1 MB",
+                        alpha_us: float = 5.0, beta_gbs: float = 50.0) -> Live:
+    """Pick an all-reduce algorithm, K, the message size, α (µs) and β (GB/s): see its steps,
+    bytes per device and time next to the other algorithms', and where they cross."""
+    controls = {
+        "algorithm": widgets.Dropdown(options=list(plans.ALGORITHMS), value=algorithm,
+                                      description="algorithm", style=STYLE),
+        "devices": widgets.SelectionSlider(options=list(DEVICES), value=devices,
+                                           description="K", style=STYLE),
+        "size": widgets.SelectionSlider(options=list(SIZES), value=size, description="V",
+                                        style=STYLE),
+        "alpha_us": widgets.FloatLogSlider(value=alpha_us, base=10, min=-1, max=2,
+                                           description="α (µs)", style=STYLE),
+        "beta_gbs": widgets.FloatLogSlider(value=beta_gbs, base=10, min=0, max=3,
+                                           description="β (GB/s)", style=STYLE),
+    }
+    return live(controls, render_collectives)
