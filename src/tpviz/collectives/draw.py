@@ -12,8 +12,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from tpviz.collectives import plan as plans
 from tpviz.collectives.buckets import Timeline
+from tpviz.collectives.plan import ALGORITHMS, CollectivePlan, crossover, line, replay
 from tpviz.core.figures import palette, text_colour
 
 # What each of 4 devices holds before and after each primitive: a list of cells per device,
@@ -78,17 +78,17 @@ def primitives_figure() -> Figure:
     return fig
 
 
-def _contributions(p: plans.CollectivePlan, upto: int) -> np.ndarray:
+def _contributions(p: CollectivePlan, upto: int) -> np.ndarray:
     """[K, K]: how many devices' data each (device, chunk) holds after ``upto`` steps (0 where
     it holds nothing), found by replaying the plan on one-hot bit patterns."""
     k = p.devices
     bits = np.repeat((2.0 ** np.arange(k))[:, None], k, axis=1)  # device d's data: 2^d
-    state = plans.replay(p, bits, upto=upto)[:k]
+    state = replay(p, bits, upto=upto)[:k]
     held = np.nan_to_num(state, nan=0).astype(np.int64)
     return np.vectorize(lambda v: bin(v).count("1"))(held)
 
 
-def steps_figure(p: plans.CollectivePlan, per_row: int = 8, ax=None) -> Figure:
+def steps_figure(p: CollectivePlan, per_row: int = 8, ax=None) -> Figure:
     """One panel per step (and the start): rows are devices, columns chunks; the shade is how
     many devices' data the chunk holds (dark: none, yellow: all K), and a dot marks the chunks
     that arrived in that step."""
@@ -128,13 +128,13 @@ def cost_figure(devices: int, alpha: float, beta: float, nbytes: float | None = 
         fig = Figure(figsize=(6, 3.6))
         ax = fig.add_axes((0.12, 0.15, 0.55, 0.75))
     sizes = np.logspace(2, 11, 60)
-    colours = palette(len(plans.ALGORITHMS))
-    for algorithm, colour in zip(plans.ALGORITHMS, colours, strict=True):
+    colours = palette(len(ALGORITHMS))
+    for algorithm, colour in zip(ALGORITHMS, colours, strict=True):
         if algorithm == "halving-doubling" and devices & (devices - 1):
             continue
-        steps, slope = plans.line(algorithm, "all-reduce", devices)
+        steps, slope = line(algorithm, "all-reduce", devices)
         ax.loglog(sizes, steps * alpha + slope * sizes / beta, color=colour, label=algorithm)
-    v = plans.crossover("tree", "ring", devices, alpha, beta)
+    v = crossover("tree", "ring", devices, alpha, beta)
     if v:
         ax.axvline(v, color="#999", linestyle=":", linewidth=1)
         ax.text(v, ax.get_ylim()[1], " tree = ring", fontsize=7, va="top", color="#555")

@@ -9,7 +9,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from tpviz.collectives import buckets
-from tpviz.collectives import plan as plans
+from tpviz.collectives.plan import crossover, plan
 from tpviz.core import compiled
 from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number, mesh_1d
 
@@ -46,7 +46,7 @@ def _number(answer) -> None:
 @checker("Bytes of a ring all-reduce")
 def check_ring_bytes(answer) -> str:
     """Bytes each device sends in a ring all-reduce of V = 400 MB over 8 devices."""
-    p = plans.plan("ring", "all-reduce", RING_K, RING_V)
+    p = plan("ring", "all-reduce", RING_K, RING_V)
     if answer == 2 * RING_V:
         raise Wrong("that is 2V, the limit for very many devices.",
                     "Each device sends K−1 chunks in each of the two phases; a chunk is V/K.")
@@ -64,7 +64,7 @@ def check_ring_bytes(answer) -> str:
 def check_server_seconds(answer) -> str:
     """Seconds of one step's communication at the server (receive, then send back)."""
     _number(answer)
-    p = plans.plan("parameter-server", "all-reduce", PS_K, PS_V)
+    p = plan("parameter-server", "all-reduce", PS_K, PS_V)
     want = p.time(0.0, PS_BETA)
     if math.isclose(answer, 2 * PS_V / PS_BETA, rel_tol=1e-6):
         raise Wrong("that is what one worker sends and receives.",
@@ -80,7 +80,7 @@ def check_server_seconds(answer) -> str:
 def check_crossover(answer) -> str:
     """Message size (bytes) at which the ring and the tree all-reduce take equal time."""
     _number(answer)
-    want = plans.crossover("tree", "ring", CROSS_K, CROSS_ALPHA, CROSS_BETA)
+    want = crossover("tree", "ring", CROSS_K, CROSS_ALPHA, CROSS_BETA)
     n = int(math.log2(CROSS_K))
     ring_steps, tree_steps = 2 * (CROSS_K - 1), 2 * n
     only_reduce = (ring_steps - n) * CROSS_ALPHA * CROSS_BETA / (n - 2 * (CROSS_K - 1) / CROSS_K)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from tpviz.collectives import plan as plans
 from tpviz.collectives.draw import cost_figure, steps_figure
+from tpviz.collectives.plan import ALGORITHMS, crossover, line, lower_bound, plan
 from tpviz.core.collectives import html_table
 from tpviz.core.widgets import STYLE, Live, live
 
@@ -20,14 +20,14 @@ def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1
     crossover against the chosen one), the chosen plan's steps drawn (K <= 16), and the times
     against message size."""
     nbytes, alpha, beta = SIZES[size], alpha_us * 1e-6, beta_gbs * 1e9
-    p = plans.plan(algorithm, "all-reduce", devices, nbytes)  # raises for a bad combination
+    p = plan(algorithm, "all-reduce", devices, nbytes)  # raises for a bad combination
     rows = []
-    for other in plans.ALGORITHMS:
+    for other in ALGORITHMS:
         if other == "halving-doubling" and devices & (devices - 1):
             continue
-        steps, slope = plans.line(other, "all-reduce", devices)
-        sent = max(plans.plan(other, "all-reduce", devices, 1.0).sent.values(), default=0)
-        v = None if other == algorithm else plans.crossover(algorithm, other, devices, alpha,
+        steps, slope = line(other, "all-reduce", devices)
+        sent = max(plan(other, "all-reduce", devices, 1.0).sent.values(), default=0)
+        v = None if other == algorithm else crossover(algorithm, other, devices, alpha,
                                                             beta)
         rows.append((("▶ " if other == algorithm else "") + other, steps,
                      f"{sent * nbytes / 1e6:,.3g} MB",
@@ -36,7 +36,7 @@ def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1
     html = html_table(("algorithm", "steps", "bytes sent (most, one device)", "time",
                        f"equal to {algorithm} at"), rows)
     html += (f"<p>Lower bound for any all-reduce: 2(K−1)/K·V = "
-             f"{plans.lower_bound(devices, nbytes) / 1e6:,.3g} MB per device.</p>")
+             f"{lower_bound(devices, nbytes) / 1e6:,.3g} MB per device.</p>")
     if devices <= 16:
         fig = Figure(figsize=(11, 3.6))
         steps_figure(p, per_row=8 if devices <= 8 else 4, ax=fig.add_axes((0.0, 0.02, 0.5, 0.86)))
@@ -51,7 +51,7 @@ def explore_collectives(algorithm: str = "ring", devices: int = 8, size: str = "
     """Pick an all-reduce algorithm, K, the message size, α (µs) and β (GB/s): see its steps,
     bytes per device and time next to the other algorithms', and where they cross."""
     controls = {
-        "algorithm": widgets.Dropdown(options=list(plans.ALGORITHMS), value=algorithm,
+        "algorithm": widgets.Dropdown(options=list(ALGORITHMS), value=algorithm,
                                       description="algorithm", style=STYLE),
         "devices": widgets.SelectionSlider(options=list(DEVICES), value=devices,
                                            description="K", style=STYLE),

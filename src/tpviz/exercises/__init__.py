@@ -3,6 +3,14 @@
 The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpviz.core.exercises`.
 """
 
+from tpviz.collectives.exercises import (
+    check_bucket_size,
+    check_crossover,
+    check_ring_bytes,
+    check_ring_reduce_scatter,
+    check_same_as_big_batch,
+    check_server_seconds,
+)
 from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
 from tpviz.layouts.exercises import (
     check_bytes_per_device,
@@ -49,10 +57,12 @@ __all__ = [
     "check_balance",
     "check_best_mesh",
     "check_bubble",
+    "check_bucket_size",
     "check_bytes_per_device",
     "check_cases",
     "check_column_parallel",
     "check_conjugates",
+    "check_crossover",
     "check_fewest_devices",
     "check_final_reduce_scatter",
     "check_grad_reduce_scatter",
@@ -60,8 +70,12 @@ __all__ = [
     "check_microbatches",
     "check_one_f_one_b",
     "check_reduce_scatter",
+    "check_ring_bytes",
+    "check_ring_reduce_scatter",
     "check_row_parallel",
     "check_rows_over_mesh",
+    "check_same_as_big_batch",
+    "check_server_seconds",
     "check_step_shardings",
     "check_total",
     "check_weight_bytes",
