@@ -179,3 +179,16 @@ def timeline_figure(line: Timeline, ax=None) -> Figure:
     ax.set_title(f"{len(line.buckets)} bucket(s): exposed communication "
                  f"{line.exposed * 1e3:.2f} ms", fontsize=9)
     return ax.figure
+
+
+def timelines_figure(lines: dict[str, Timeline]) -> Figure:
+    """Several bucketing timelines, one above the other, on the same time axis."""
+    fig = Figure(figsize=(7, 1.5 + 1.25 * len(lines)))
+    axes = fig.subplots(len(lines), 1, sharex=True)
+    fig.subplots_adjust(left=0.14, right=0.98, top=0.93, bottom=0.1, hspace=0.9)
+    for ax, (label, line) in zip(np.atleast_1d(axes), lines.items(), strict=True):
+        timeline_figure(line, ax=ax)
+        ax.set_title(f"{label}: {ax.get_title()}", fontsize=9)
+        ax.set_xlabel("")
+    np.atleast_1d(axes)[-1].set_xlabel("seconds")
+    return fig
