@@ -186,8 +186,8 @@ def timelines_figure(lines: dict[str, Timeline]) -> Figure:
     fig = Figure(figsize=(7, 1.5 + 1.25 * len(lines)))
     axes = fig.subplots(len(lines), 1, sharex=True)
     fig.subplots_adjust(left=0.14, right=0.98, top=0.93, bottom=0.1, hspace=0.9)
-    for ax, (label, line) in zip(np.atleast_1d(axes), lines.items(), strict=True):
-        timeline_figure(line, ax=ax)
+    for ax, (label, timeline) in zip(np.atleast_1d(axes), lines.items(), strict=True):
+        timeline_figure(timeline, ax=ax)
         ax.set_title(f"{label}: {ax.get_title()}", fontsize=9)
         ax.set_xlabel("")
     np.atleast_1d(axes)[-1].set_xlabel("seconds")
