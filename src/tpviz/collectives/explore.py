@@ -38,9 +38,9 @@ def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1
     html += (f"<p>Lower bound for any all-reduce: 2(K−1)/K·V = "
              f"{lower_bound(devices, nbytes) / 1e6:,.3g} MB per device.</p>")
     if devices <= 16:
-        fig = Figure(figsize=(11, 3.6))
-        steps_figure(p, per_row=8 if devices <= 8 else 4, ax=fig.add_axes((0.0, 0.02, 0.5, 0.86)))
-        cost_figure(devices, alpha, beta, nbytes, ax=fig.add_axes((0.58, 0.15, 0.24, 0.75)))
+        fig = Figure(figsize=(10, 3.2))
+        steps_figure(p, per_row=8, labels=False, ax=fig.add_axes((0.0, 0.02, 0.5, 0.86)))
+        cost_figure(devices, alpha, beta, nbytes, ax=fig.add_axes((0.59, 0.16, 0.24, 0.74)))
     else:
         fig = cost_figure(devices, alpha, beta, nbytes)
     return html, fig
