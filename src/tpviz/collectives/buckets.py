@@ -112,7 +112,8 @@ def best_bucket(grad_times: Sequence[float], grad_bytes: Sequence[float], *, dev
                 alpha: float, beta: float, algorithm: str = "ring",
                 sizes: Sequence[float] | None = None) -> tuple[float, Timeline]:
     """The bucket size (among ``sizes``, default :func:`candidates`) with the least exposed
-    communication; on a tie, the largest (fewest all-reduces)."""
+    communication, and its timeline; on a tie, the later size in ``sizes`` (for the default,
+    sorted candidates: the largest, with the fewest all-reduces)."""
     best = None
     for size in sizes if sizes is not None else candidates(grad_bytes):
         line = simulate(grad_times, grad_bytes, size, devices=devices, alpha=alpha, beta=beta,

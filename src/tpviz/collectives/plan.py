@@ -131,13 +131,16 @@ class CollectivePlan:
         return Collective(self.op, result, self.devices, what=f"{self.algorithm} plan")
 
 
+_NUMBER = int | float | np.integer | np.floating
+
+
 def _positive(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, _NUMBER) or not value > 0:
         raise ArgumentError(f"{name}={value!r}: give a positive number.")
 
 
 def _nonnegative(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+    if isinstance(value, bool) or not isinstance(value, _NUMBER) or not value >= 0:
         raise ArgumentError(f"{name}={value!r}: give a number >= 0.")
 
 
