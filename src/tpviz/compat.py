@@ -29,7 +29,8 @@ def pvary(x, axis_name):
     ``jax.grad`` inside ``shard_map`` gives each device its own gradient (the gradient of an
     invariant input is summed over the axis instead).
 
-    JAX 0.6.1-0.8.x: ``jax.lax.pvary``; later: ``jax.lax.pcast(x, axis, to="varying")``.
+    Older JAX (from 0.6.1): ``jax.lax.pvary``; JAX 0.10 has only
+    ``jax.lax.pcast(x, axis, to="varying")``, used wherever it exists.
     """
     if hasattr(jax.lax, "pcast"):
         return jax.lax.pcast(x, axis_name, to="varying")
