@@ -135,6 +135,13 @@ def test_check_catches_a_plan_that_lies(mesh):
         C.check_plan(C.plan("ring", "all-reduce", 8, 2 * 64 * 4), mesh, x)  # says twice the bytes
 
 
+def test_run_refuses_plans_it_cannot_follow(mesh):
+    with pytest.raises(ArgumentError, match="'ring' and 'halving-doubling'"):
+        C.follow(C.plan("tree", "all-reduce", 8, 64.0), "X")
+    with pytest.raises(ArgumentError, match="plan for 8 devices"):
+        C.program(C.plan("ring", "all-reduce", 4, 64.0), mesh)
+
+
 def test_data_parallel_equals_one_device(mesh):
     from tpviz.collectives.run import init_mlp
 
@@ -319,6 +326,13 @@ def test_launch_returns_each_workers_result(tr):
 def test_a_worker_that_raises_is_named(tr):
     with pytest.raises(WorkerError, match=r"worker 1 of 3 raised ValueError: rank 1 was told"):
         tr.launch(tr.fails_on, 3, 1, timeout=20)
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_is_named(tr):
+    with pytest.raises(WorkerError, match=r"worker 1 of 2 died \(exit code 3\)"):
+        tr.launch(tr.dies_on, 2, 1, timeout=20)
     assert multiprocessing.active_children() == []
 
 

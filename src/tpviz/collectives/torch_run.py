@@ -100,12 +100,13 @@ def launch(worker, world: int = 4, *args, timeout: float = 30.0) -> list:
             try:
                 rank, status, payload, *more = out.get(timeout=min(left, 0.1))
             except queues.Empty:
-                for r, p in enumerate(procs):
-                    if r not in results and p.exitcode not in (None, 0):
-                        raise WorkerError(f"{worker.__name__}: worker {r} of {world} died "
-                                          f"(exit code {p.exitcode}) without a result.") from None
+                _raise_if_dead(worker, procs, results)
                 continue
-            if status == "error":
+            if status == "error":  # a peer's crash shows up as an error in the others:
+                for _ in range(10):  # give a crashed peer half a second to be reported dead
+                    _raise_if_dead(worker, procs, results, f"; worker {rank} then raised "
+                                   f"{payload}")
+                    time.sleep(0.05)
                 raise WorkerError(f"{worker.__name__}: worker {rank} of {world} raised "
                                   f"{payload}\n\nIts traceback:\n{more[0]}")
             results[rank] = payload
@@ -125,6 +126,13 @@ def launch(worker, world: int = 4, *args, timeout: float = 30.0) -> list:
     return [results[r] for r in range(world)]
 
 
+def _raise_if_dead(worker, procs, results: dict, then: str = "") -> None:
+    for r, p in enumerate(procs):
+        if r not in results and p.exitcode not in (None, 0):
+            raise WorkerError(f"{worker.__name__}: worker {r} of {len(procs)} died (exit code "
+                              f"{p.exitcode}) without a result{then}.")
+
+
 # ---- workers ------------------------------------------------------------------------------
 
 def rank_sum(rank: int, world: int) -> float:
@@ -139,6 +147,14 @@ def fails_on(rank: int, world: int, bad: int = 1) -> int:
     if rank == bad:
         raise ValueError(f"rank {rank} was told to fail")
     dist.barrier()  # the others wait for rank `bad`, which never comes
+    return rank
+
+
+def dies_on(rank: int, world: int, bad: int = 1) -> int:
+    """A worker whose rank ``bad`` exits at once with code 3, as a crash would."""
+    if rank == bad:
+        os._exit(3)
+    dist.barrier()
     return rank
 
 
