@@ -1,6 +1,6 @@
 """Figures of collective plans: the primitives, the steps of an algorithm, costs, bucketing.
 
-Everything is drawn from a plan (replayed with :func:`tpviz.collectives.plan.replay`) or a
+Everything is drawn from a plan (replayed with :func:`tpviz.collectives.replay.replay`) or a
 bucketing timeline; nothing here recomputes the algorithms.
 """
 
@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from tpviz.collectives.buckets import Timeline
-from tpviz.collectives.plan import ALGORITHMS, CollectivePlan, crossover, line, replay
+from tpviz.collectives.plan import ALGORITHMS, CollectivePlan, crossover, line
+from tpviz.collectives.replay import replay
 from tpviz.core.figures import palette, text_colour
 
 # What each of 4 devices holds before and after each primitive: a list of cells per device,
