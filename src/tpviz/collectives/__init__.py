@@ -2,11 +2,11 @@
 
 Rooms: ``plan`` (collective algorithms as steps of sends, their α–β cost, the crossover
 between them; no devices), ``replay`` (the steps run on arrays), ``buckets`` (gradient
-bucketing: the backward pass and its bucketed all-reduces on a timeline), ``run`` (ring and halving-doubling with ``ppermute`` under
-``jax.shard_map``; data-parallel training steps with ``shard_map`` and with ``jax.jit``),
-``check`` (against ``psum``, the single-device step and the compiled programs), ``draw``,
-``explore`` and ``exercises``. ``torch_run`` (imported on its own: it needs torch) runs
-PyTorch workers on local gloo processes.
+bucketing: the backward pass and its bucketed all-reduces on a timeline), ``run`` (ring and
+halving-doubling with ``ppermute`` under ``jax.shard_map``; data-parallel training steps with
+``shard_map`` and with ``jax.jit``), ``check`` (against ``psum``, the single-device step and the
+compiled programs), ``draw``, ``explore`` and ``exercises``. ``torch_run`` (imported on its own:
+it needs torch) runs PyTorch workers on local gloo processes.
 """
 
 from tpviz.collectives import buckets, draw
