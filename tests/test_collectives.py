@@ -341,7 +341,7 @@ def test_a_worker_that_hangs_times_out(tr):
     start = time.monotonic()
     with pytest.raises(WorkerTimeout, match=r"\[0, 1, 2\] of 3 did not finish within 2 s"):
         tr.launch(tr.hangs_on, 3, 1, timeout=2)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 60  # 2 s, plus starting the forkserver if first
     assert multiprocessing.active_children() == []
 
 
