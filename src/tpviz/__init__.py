@@ -8,6 +8,7 @@ checker.
 
 from tpviz import (
     autoshard,
+    collectives,
     core,
     errors,
     exercises,
@@ -20,6 +21,7 @@ from tpviz import (
     zero,
 )
 from tpviz.autoshard import explore_autoshard
+from tpviz.collectives import explore_collectives
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
 from tpviz.matmul import explore_matmul
@@ -30,10 +32,21 @@ from tpviz.pipeline import explore_pipeline
 from tpviz.zero import explore_zero
 
 # the topics, in chapter order
-TOPICS = ("layouts", "matmul", "megatron", "zero", "mesh2d", "pipeline", "moe", "autoshard")
+TOPICS = (
+    "layouts",
+    "collectives",
+    "matmul",
+    "megatron",
+    "zero",
+    "mesh2d",
+    "pipeline",
+    "moe",
+    "autoshard",
+)
 
-__all__ = ["TOPICS", "autoshard", "core", "errors", "exercises", "explore_autoshard",
-           "explore_layout", "explore_matmul", "explore_megatron", "explore_mesh2d",
-           "explore_moe", "explore_pipeline", "explore_zero", "layouts", "make_mesh", "matmul",
-           "megatron", "mesh2d", "moe", "pipeline", "setup_devices", "zero"]
+__all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
+           "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
+           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
+           "explore_zero", "layouts", "make_mesh", "matmul", "megatron", "mesh2d", "moe",
+           "pipeline", "setup_devices", "zero"]
 __version__ = "0.2.0"

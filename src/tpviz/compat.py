@@ -22,3 +22,16 @@ def all_gather_invariant(x, axis_name, *, axis: int = 0, tiled: bool = False):
     if hasattr(jax.lax, "all_gather_invariant"):
         return jax.lax.all_gather_invariant(x, axis_name, axis=axis, tiled=tiled)
     return jax.lax.all_gather(x, axis_name, axis=axis, tiled=tiled, to="invarying")
+
+
+def pvary(x, axis_name):
+    """Mark ``x`` (a pytree) as varying over ``axis_name`` under ``check_vma``, so that
+    ``jax.grad`` inside ``shard_map`` gives each device its own gradient (the gradient of an
+    invariant input is summed over the axis instead).
+
+    Older JAX (from 0.6.1): ``jax.lax.pvary``; JAX 0.10 has only
+    ``jax.lax.pcast(x, axis, to="varying")``, used wherever it exists.
+    """
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, axis_name, to="varying")
+    return jax.lax.pvary(x, axis_name)

@@ -55,6 +55,14 @@ class CheckFailed(TpvizError, AssertionError):
     """A sharded run or a compiled program differs from its reference or from the plan."""
 
 
+class WorkerError(TpvizError, ValueError, RuntimeError):
+    """A worker process (``tpviz.collectives.torch_run.launch``) raised or died."""
+
+
+class WorkerTimeout(WorkerError, TimeoutError):
+    """Worker processes that did not finish in time (often a deadlock in a collective)."""
+
+
 def describe(e: BaseException) -> str:
     """An exception in one line: ``Type: first line of its message``; for one without a
     message (a bare ``assert``), the line of code that raised it."""

@@ -12,6 +12,14 @@ from tpviz.autoshard.exercises import (
     check_stages,
     check_switch_batch,
 )
+from tpviz.collectives.exercises import (
+    check_bucket_size,
+    check_crossover,
+    check_ring_bytes,
+    check_ring_reduce_scatter,
+    check_same_as_big_batch,
+    check_server_seconds,
+)
 from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
 from tpviz.layouts.exercises import (
     check_bytes_per_device,
@@ -69,12 +77,14 @@ __all__ = [
     "check_balance",
     "check_best_mesh",
     "check_bubble",
+    "check_bucket_size",
     "check_bytes_per_device",
     "check_capacity",
     "check_cases",
     "check_column_parallel",
     "check_column_parallel_bytes",
     "check_conjugates",
+    "check_crossover",
     "check_design",
     "check_dispatch",
     "check_dropped",
@@ -90,8 +100,12 @@ __all__ = [
     "check_microbatches",
     "check_one_f_one_b",
     "check_reduce_scatter",
+    "check_ring_bytes",
+    "check_ring_reduce_scatter",
     "check_row_parallel",
     "check_rows_over_mesh",
+    "check_same_as_big_batch",
+    "check_server_seconds",
     "check_stages",
     "check_step_shardings",
     "check_switch_batch",
