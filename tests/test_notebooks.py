@@ -55,3 +55,12 @@ def test_every_citation_is_in_the_bibliography(path):
     for group in re.findall(r"\{cite[tp]?\}`([^`]+)`", text):
         for key in group.split(","):
             assert f"{{{key.strip()}," in bib, key
+
+
+def test_the_bibliography_parses_without_duplicates():
+    import pybtex.database
+
+    text = (ROOT / "references.bib").read_text()
+    keys = re.findall(r"^@\w+\{([^,]+),", text, re.M)
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    assert len(pybtex.database.parse_string(text, "bibtex").entries) == len(keys)
