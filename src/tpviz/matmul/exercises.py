@@ -11,9 +11,9 @@ from tpviz.errors import ShardingError
 from tpviz.matmul.plan import plan
 
 MESH = {"X": 2, "Y": 4}
-# Which case of the chapter applies? (X sharding, W sharding) on the mesh {X: 2, Y: 4}
-CASES = {"a": ("X[B_X, D]", "W[D, F_Y]"), "b": ("X[B, D_Y]", "W[D, F]"),
-         "c": ("X[B_X, D_Y]", "W[D_Y, F]"), "d": ("X[B_X, D]", "W[D, F_X]")}
+# Which case of the chapter applies? (In sharding, W1 sharding) on the mesh {X: 2, Y: 4}
+CASES = {"a": ("In[B_X, D]", "W1[D, F_Y]"), "b": ("In[B, D_Y]", "W1[D, F]"),
+         "c": ("In[B_X, D_Y]", "W1[D_Y, F]"), "d": ("In[B_X, D]", "W1[D, F_X]")}
 
 
 def _case(x: str, w: str) -> int:
@@ -48,16 +48,16 @@ def _sharded_product(fn, x, w, want: PartitionSpec, kinds: dict, hint: str,
 
 @checker("Column-parallel matmul")
 def check_column_parallel(fn, x, w) -> str:
-    """X[B, D] · W[D, F_X] → Y[B, F_X] under shard_map, without communication."""
+    """In[B, D] · W1[D, F_X] → Out[B, F_X] under shard_map, without communication."""
     _sharded_product(fn, x, w, PartitionSpec(None, "X"), {},
-                     "Split W by columns (in_specs P(None, 'X')), keep X whole (P()), and return "
-                     "each device's columns of Y (out_specs P(None, 'X')); no collective needed.")
-    return "Each device computed its own columns of Y; nothing moved."
+                     "Split W1 by columns (in_specs P(None, 'X')), keep In whole (P()), and return "
+                     "each device's columns of Out (out_specs P(None, 'X')); no collective needed.")
+    return "Each device computed its own columns of Out; nothing moved."
 
 
 @checker("Reduce-scatter matmul")
 def check_reduce_scatter(fn, x, w) -> str:
-    """X[B, D_X] · W[D_X, F] → Y[B, F_X] with a single reduce-scatter."""
+    """In[B, D_X] · W1[D_X, F] → Out[B, F_X] with a single reduce-scatter."""
     hint = ("Multiply the local blocks into partial sums, then jax.lax.psum_scatter(y, 'X', "
             "scatter_dimension=1, tiled=True); out_specs P(None, 'X').")
     found = _sharded_product(
@@ -69,16 +69,16 @@ def check_reduce_scatter(fn, x, w) -> str:
 
 @checker("Bytes of an all-gather")
 def check_all_gather_bytes(answer) -> str:
-    """X = bf16[1024, 4096] as X[B_X, D_Y], W[D, F]: bytes per device of the all-gather's result."""
-    p = plan((1024, 4096), (4096, 4096), "X[B_X, D_Y]", "W[D, F]", MESH, dtype="bf16")
+    """In = bf16[1024, 4096] as In[B_X, D_Y], W1[D, F]: bytes per device after the all-gather."""
+    p = plan((1024, 4096), (4096, 4096), "In[B_X, D_Y]", "W1[D, F]", MESH, dtype="bf16")
     (gather,) = p.collectives
     if answer == 512 * 1024 * 2:
         raise Wrong("that is the block each device holds before the all-gather.",
                     "After gathering along D each device holds all of D for its rows.")
     if answer == 1024 * 4096 * 2:
-        raise Wrong("that is the whole of X.", "B stays split over X: only D is gathered.")
+        raise Wrong("that is the whole of In.", "B stays split over X: only D is gathered.")
     expect_number(answer, gather.bytes, hint="Rows: 1024 / 2; columns: all 4096; 2 bytes each.")
-    return f"Each device ends with X[B_X, D]: {gather.bytes:,} bytes."
+    return f"Each device ends with In[B_X, D]: {gather.bytes:,} bytes."
 
 
 @checker("Which case applies")
