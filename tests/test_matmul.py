@@ -120,3 +120,43 @@ def test_explore_matmul_renders_and_compiles():
                         True, True)
     assert any("reduce-scatter" in t.get_text() for t in fig.texts)
     assert "application/vnd.jupyter.widget-view+json" in tpviz.explore_matmul()._repr_mimebundle_()
+
+
+# --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
+
+def _fails(check, *args, words):
+    from tpviz.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=words):
+        check(*args)
+
+
+def test_latency_crossover_checker(capsys):
+    n, alpha, w = 16, 2e-6, 4.5e11
+    # 2(N-1) α = 2(N-1)/N · V / W  ⇔  V = N α W
+    tpviz.exercises.check_latency_crossover(n * alpha * w)
+    assert "✓" in capsys.readouterr().out
+    check = tpviz.exercises.check_latency_crossover
+    _fails(check, (n - 1) * alpha * w, words="2V/W")
+    _fails(check, alpha * w, words="one step of latency")
+    _fails(check, 2 * (n - 1) * alpha * w, words="not right")
+    check(...)
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_matmul_design_checker(capsys):
+    mib = 2**20
+    # In[B_X, D] · W1[D, F_Y] on {X: 2, Y: 4}: blocks [4096, 8192], [8192, 8192], [4096, 8192]
+    # in bf16 = 64 + 128 + 64 MiB; 2 · 4096 · 8192 · 8192 FLOPs at 1.97e14 FLOP/s, no collective
+    ms = 2 * 4096 * 8192 * 8192 / 1.97e14 * 1e3
+    tpviz.exercises.check_matmul_design("In[B_X, D]", "W1[D, F_Y]", 256 * mib, ms)
+    assert "✓" in capsys.readouterr().out
+    check = tpviz.exercises.check_matmul_design
+    # W1 whole on every device: 16 + 512 + 64 MiB
+    _fails(check, "In[B_XY, D]", "W1[D, F]", 592 * mib, ms, words="over the 256 MiB")
+    # case 3 over Y: 16 + 128 + an all-reduced Out[B_X, F] of 256 MiB
+    _fails(check, "In[B_X, D_Y]", "W1[D_Y, F]", 400 * mib,
+           2 * 3 / 4 * 4096 * 32768 * 2 / 9e10 * 1e3, words="over the 256 MiB")
+    _fails(check, "In[B_X, D]", "W1[D, F_Y]", 192 * mib, ms, words="bytes per device")
+    _fails(check, "In[B_X, D]", "W1[D, F_Y]", 256 * mib, 1.1 * ms, words="your time in ms")
+    _fails(check, "In[B_X, D]", "W1[D, F_X]", 256 * mib, ms, words="not a valid plan")

@@ -5,7 +5,9 @@ The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpv
 
 from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
 from tpviz.layouts.exercises import (
+    check_block_notation,
     check_bytes_per_device,
+    check_fit_layout,
     check_holders,
     check_rows_over_mesh,
     check_total,
@@ -14,12 +16,16 @@ from tpviz.matmul.exercises import (
     check_all_gather_bytes,
     check_cases,
     check_column_parallel,
+    check_latency_crossover,
+    check_matmul_design,
     check_reduce_scatter,
 )
 from tpviz.megatron.exercises import (
     check_all_reduces,
     check_conjugates,
     check_row_parallel,
+    check_tp_bytes,
+    check_tp_degree,
     check_weight_bytes,
 )
 from tpviz.mesh2d.exercises import (
@@ -48,6 +54,7 @@ __all__ = [
     "check_all_reduces",
     "check_balance",
     "check_best_mesh",
+    "check_block_notation",
     "check_bubble",
     "check_bytes_per_device",
     "check_cases",
@@ -55,8 +62,11 @@ __all__ = [
     "check_conjugates",
     "check_fewest_devices",
     "check_final_reduce_scatter",
+    "check_fit_layout",
     "check_grad_reduce_scatter",
     "check_holders",
+    "check_latency_crossover",
+    "check_matmul_design",
     "check_microbatches",
     "check_one_f_one_b",
     "check_reduce_scatter",
@@ -64,6 +74,8 @@ __all__ = [
     "check_rows_over_mesh",
     "check_step_shardings",
     "check_total",
+    "check_tp_bytes",
+    "check_tp_degree",
     "check_weight_bytes",
     "check_weight_versions",
     "check_zero_memory",

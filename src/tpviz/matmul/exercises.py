@@ -1,13 +1,24 @@
-"""Checkers for chapter 1: sharded matrix multiplication."""
+"""Checkers for chapter 2: sharded matrix multiplication."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tpviz.core import compiled
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number
-from tpviz.errors import ShardingError
+from tpviz.core import compiled, cost, layout
+from tpviz.core.collectives import Collective
+from tpviz.core.exercises import (
+    NotAttempted,
+    Wrong,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    is_stub,
+)
+from tpviz.errors import ShardingError, TpvizError
 from tpviz.matmul.plan import plan
 
 MESH = {"X": 2, "Y": 4}
@@ -94,3 +105,66 @@ def check_cases(answers) -> str:
                     "Look at D first: sharded in neither, one, or both operands? Then: do B and F "
                     "share a mesh axis?")
     return "All four right."
+
+
+@checker("Where latency and bandwidth cost the same")
+def check_latency_crossover(answer) -> str:
+    """All-reduce over N = 16 devices, α = 2 µs per step, W = 4.5e11 B/s: the array size V (in
+    bytes) at which the latency term equals the bandwidth term."""
+    n, alpha, bandwidth = 16, 2e-6, 4.5e11
+    one = Collective("all-reduce", 1, n)  # per byte of V
+    expected = one.steps * alpha * bandwidth / one.sent_bytes  # = N α W
+    hint = ("Write both terms of the α–β time for an all-reduce of V bytes on a ring, set them "
+            "equal and solve for V.")
+    if is_stub(answer):
+        raise NotAttempted
+    if isinstance(answer, int | float) and math.isclose(answer, (n - 1) * alpha * bandwidth,
+                                                         rel_tol=1e-3):
+        raise Wrong("that takes the bandwidth term as 2V/W; the ring sends 2(N-1)/N · V.", hint)
+    if isinstance(answer, int | float) and math.isclose(answer, alpha * bandwidth, rel_tol=1e-3):
+        raise Wrong("that counts one step of latency; a ring all-reduce takes 2(N-1) steps.", hint)
+    expect_number(answer, expected, rel=1e-3, hint=hint)
+    return (f"V* = N·α·W = {expected / 1e6:,.1f} MB: below it an all-reduce costs mostly "
+            "latency, above it mostly bandwidth.")
+
+
+DESIGN = dict(b=8192, d=8192, f=32768, mesh={"X": 2, "Y": 4}, dtype="bf16",
+              system="TPU v5e (ICI)", memory=256 * 2**20, seconds=3e-3)
+
+
+def design_cost(x_notation: str, w_notation: str) -> tuple[int, float]:
+    """Bytes one device holds (its blocks of In, W1 and Out, and what the all-gathers bring) and
+    the overlapped time of the cost model, for the design problem's shapes."""
+    c = DESIGN
+    p = plan((c["b"], c["d"]), (c["d"], c["f"]), x_notation, w_notation, c["mesh"],
+             dtype=c["dtype"])
+    size = layout.dtype_size(c["dtype"])
+    held = size * sum(math.prod(s) for s in (p.x_block, p.w_block, p.y_block))
+    held += sum(g.bytes for g in p.collectives if g.kind == "all-gather")
+    seconds = cost.estimate(p.flops, p.collectives, cost.SYSTEMS[c["system"]]).overlapped_s
+    return held, seconds
+
+
+@checker("Design: shard a layer under a memory and a time budget")
+def check_matmul_design(x_notation, w_notation, bytes_per_device, milliseconds) -> str:
+    """In = bf16[8192, 8192] · W1 = bf16[8192, 32768] on the mesh {X: 2, Y: 4} of TPU v5e:
+    at most 256 MiB per device and 3 ms (cost model, overlapped); the time in milliseconds."""
+    if any(is_stub(v) for v in (x_notation, w_notation, bytes_per_device, milliseconds)):
+        raise NotAttempted
+    try:
+        held, time = design_cost(x_notation, w_notation)
+    except TpvizError as e:
+        raise Wrong(f"{x_notation} · {w_notation} is not a valid plan: {e}") from None
+    expect_number(bytes_per_device, held, what="your bytes per device",
+                  hint="Add the blocks of In, W1 and Out one device holds, and any operand it "
+                       "all-gathers; 2 bytes per element.")
+    expect_number(milliseconds, time * 1e3, what="your time in ms", rel=0.02,
+                  hint="The larger of FLOPs / C and the collectives' bytes sent / W.")
+    if held > DESIGN["memory"]:
+        raise Wrong(f"{held / 2**20:,.0f} MiB per device is over the 256 MiB budget.",
+                    "Which array is held whole, or appears as a large partial sum? Split it.")
+    if time > DESIGN["seconds"]:
+        raise Wrong(f"{time * 1e3:.2f} ms is over the 3 ms budget.",
+                    "Can you avoid moving a large array at all?")
+    return (f"{x_notation} · {w_notation}: {held / 2**20:,.0f} MiB per device, "
+            f"{time * 1e3:.2f} ms; within both budgets.")
