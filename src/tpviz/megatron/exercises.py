@@ -141,8 +141,8 @@ def check_tp_bytes(answer) -> str:
         raise Wrong("that is the large-N limit 2V per all-reduce; with N = 8 a ring sends less.",
                     hint)
     expect_number(answer, p.ring_bytes_per_step, rel=1e-3, hint=hint)
-    return (f"{p.ring_bytes_per_step / 2**30:.2f} GiB per block per step, whatever N: tensor "
-            "parallelism's traffic does not shrink as you add devices.")
+    return (f"{p.ring_bytes_per_step / 2**30:.2f} GiB per block per step. More devices would "
+            "not shrink it: the ring's 2(N-1)/N only grows towards 2.")
 
 
 TP_DESIGN = dict(hidden=5120, heads=40, layers=40, tokens=8 * 2048, sequence=2048,
