@@ -159,7 +159,7 @@ def check_matmul_design(x_notation, w_notation, bytes_per_device, milliseconds) 
                   hint="Add the blocks of In, W1 and Out one device holds, and any operand it "
                        "all-gathers; 2 bytes per element.")
     expect_number(milliseconds, time * 1e3, what="your time in ms", rel=0.02,
-                  hint="The larger of FLOPs / C and the collectives' bytes sent / W.")
+                  hint="The larger of FLOPs / R and the collectives' bytes sent / W.")
     if held > DESIGN["memory"]:
         raise Wrong(f"{held / 2**20:,.0f} MiB per device is over the 256 MiB budget.",
                     "Which array is held whole, or appears as a large partial sum? Split it.")

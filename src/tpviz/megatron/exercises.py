@@ -174,7 +174,7 @@ def check_tp_degree(n, weight_bytes, comm_percent) -> str:
     expect_number(weight_bytes, held, what="your weight bytes per device", rel=1e-3,
                   hint="12 H² parameters per block, 40 blocks, 2 bytes each, 1/N per device.")
     expect_number(comm_percent, 100 * ratio, what="your communication / compute in %", rel=0.02,
-                  hint="Compute: the plan's training FLOPs / C. Communication: 4 ring "
+                  hint="Compute: the plan's training FLOPs / R. Communication: 4 ring "
                        "all-reduces of B·S·H bf16 values / W.")
     if held > TP_DESIGN["memory"]:
         raise Wrong(f"N = {n}: {held / 1e9:.1f} GB of weights per device, over 10 GB.",
