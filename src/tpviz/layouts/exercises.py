@@ -92,9 +92,11 @@ def check_total(total, x) -> str:
     result = call(total, x, what="total(x)")
     if np.shape(result) != ():
         raise Wrong(f"total(x) has shape {np.shape(result)}; a sum is a scalar.",
-                    "Sum the whole block (block.sum()) and psum that; use out_specs=P().")
+                    "Reduce the block to one number before communicating, and check that "
+                    "out_specs says the result is the same on every device.")
     expect_array(result, np.float32(np.asarray(x).sum()), what="total(x)", rtol=1e-4,
-                 hint="Each device sums its own block; jax.lax.psum(…, 'X') adds the blocks' sums.")
+                 hint="What can each device compute from its own block alone, and which "
+                      "collective then combines the devices' results?")
     found = compiled.collectives(total, x)
     if found.kinds() != {"all-reduce": 1}:
         raise Wrong(f"the compiled program holds {dict(found.kinds())}; expected one all-reduce.",
@@ -103,7 +105,7 @@ def check_total(total, x) -> str:
     if op.bytes != np.dtype(x.dtype).itemsize:
         raise Wrong(f"your all-reduce moves a {op.dtype}{list(op.shape)} array ({op.bytes} bytes "
                     "per device); a single number would do.",
-                    "Sum the block locally first, then psum that one number.")
+                    "What could each device do to its block before the all-reduce?")
     return f"One all-reduce of {op.bytes} bytes over {op.group_size} devices."
 
 

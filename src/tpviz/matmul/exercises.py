@@ -61,16 +61,17 @@ def _sharded_product(fn, x, w, want: PartitionSpec, kinds: dict, hint: str,
 def check_column_parallel(fn, x, w) -> str:
     """In[B, D] · W1[D, F_X] → Out[B, F_X] under shard_map, without communication."""
     _sharded_product(fn, x, w, PartitionSpec(None, "X"), {},
-                     "Split W1 by columns (in_specs P(None, 'X')), keep In whole (P()), and return "
-                     "each device's columns of Out (out_specs P(None, 'X')); no collective needed.")
+                     "Which operand does every device hold whole, and which is split by "
+                     "columns? Say so in in_specs, and say how Out comes back in out_specs.")
     return "Each device computed its own columns of Out; nothing moved."
 
 
 @checker("Reduce-scatter matmul")
 def check_reduce_scatter(fn, x, w) -> str:
     """In[B, D_X] · W1[D_X, F] → Out[B, F_X] with a single reduce-scatter."""
-    hint = ("Multiply the local blocks into partial sums, then jax.lax.psum_scatter(y, 'X', "
-            "scatter_dimension=1, tiled=True); out_specs P(None, 'X').")
+    hint = ("After the local product each device holds a partial sum of all of Out. Which "
+            "collective adds the partial sums and splits the result in one step, and along "
+            "which dimension of Out should it split?")
     found = _sharded_product(
         fn, x, w, PartitionSpec(None, "X"), {"reduce-scatter": 1}, hint,
         because={"all-reduce": "your program all-reduces the whole partial product; each device "
@@ -88,7 +89,9 @@ def check_all_gather_bytes(answer) -> str:
                     "After gathering along D each device holds all of D for its rows.")
     if answer == 1024 * 4096 * 2:
         raise Wrong("that is the whole of In.", "B stays split over X: only D is gathered.")
-    expect_number(answer, gather.bytes, hint="Rows: 1024 / 2; columns: all 4096; 2 bytes each.")
+    expect_number(answer, gather.bytes,
+                  hint="After gathering along D, which dimension of In is still split, and "
+                       "over how many devices?")
     return f"Each device ends with In[B_X, D]: {gather.bytes:,} bytes."
 
 

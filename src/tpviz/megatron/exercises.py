@@ -52,8 +52,8 @@ def check_conjugates(f, g) -> str:
     loss, (gx, ga, gb) = call(step, x, target, a, b, what="the MLP built with your f and g")
     ref_loss, (rx, ra, rb) = jax.value_and_grad(_loss, argnums=(0, 2, 3))(
         x, target, a, b, lambda v: v, lambda v: v)
-    hint = ("f: forward identity, backward jax.lax.psum(grad, 'model'); g: forward "
-            "jax.lax.psum(x, 'model'), backward identity. Use jax.custom_vjp for both.")
+    hint = ("Go through the table of f and g direction by direction: which of the four "
+            "needs jax.lax.psum over 'model'? Define both with jax.custom_vjp.")
     if not np.allclose(loss, ref_loss, rtol=1e-4):
         raise Wrong("the forward pass is wrong: the loss differs from one device's.",
                     "g's forward must add the partial sums of the devices (an all-reduce).")
@@ -78,7 +78,7 @@ def check_row_parallel(fn) -> str:
     program = jax.shard_map(fn, mesh=mesh_1d(DEVICES, AXIS),
                             in_specs=(P(None, AXIS), P(AXIS, None)), out_specs=P(),
                             check_vma=False)
-    hint = "Multiply the local blocks, then add the partial sums: jax.lax.psum(..., 'model')."
+    hint = "Each device's product is a partial sum: which collective adds them over 'model'?"
     y = call(program, h, b, what="your row-parallel layer")
     if y.shape == (8, 16) and np.allclose(y, h[:, :8] @ b[:8], rtol=1e-4, atol=1e-5):
         raise Wrong("the result is one device's partial sum: the other devices' parts are missing.",
