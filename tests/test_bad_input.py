@@ -117,7 +117,7 @@ BAD = [
     (lambda: megatron.plan(16, 32, 64, 4, 4.0), TypeError, "devices must be an integer"),
     (lambda: megatron.plan(16, 32, 64, 4, 4, kind="mlpp"), ShardingError, "kind = 'mlpp'"),
     (lambda: megatron.check("mlp", mesh4("model"), X, X,
-                            {"wq": MLP["a"]}), ShardingError, "needs the weights"),
+                            {"wq": MLP["w1"]}), ShardingError, "needs the weights"),
     (lambda: megatron.check("mlp", mesh4("tp"), X, X, MLP), ShardingError,
      "not 'model'"),
     (lambda: megatron.check("block", mesh4("model"), X, X,

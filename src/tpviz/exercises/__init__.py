@@ -22,7 +22,9 @@ from tpviz.collectives.exercises import (
 )
 from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
 from tpviz.layouts.exercises import (
+    check_block_notation,
     check_bytes_per_device,
+    check_fit_layout,
     check_holders,
     check_rows_over_mesh,
     check_total,
@@ -31,12 +33,16 @@ from tpviz.matmul.exercises import (
     check_all_gather_bytes,
     check_cases,
     check_column_parallel,
+    check_latency_crossover,
+    check_matmul_design,
     check_reduce_scatter,
 )
 from tpviz.megatron.exercises import (
     check_all_reduces,
     check_conjugates,
     check_row_parallel,
+    check_tp_bytes,
+    check_tp_degree,
     check_weight_bytes,
 )
 from tpviz.mesh2d.exercises import (
@@ -76,6 +82,7 @@ __all__ = [
     "check_aux_loss",
     "check_balance",
     "check_best_mesh",
+    "check_block_notation",
     "check_bubble",
     "check_bucket_size",
     "check_bytes_per_device",
@@ -92,11 +99,14 @@ __all__ = [
     "check_edge_constraints",
     "check_fewest_devices",
     "check_final_reduce_scatter",
+    "check_fit_layout",
     "check_gelu_layout",
     "check_grad_reduce_scatter",
     "check_greedy_trap",
     "check_holders",
     "check_keep",
+    "check_latency_crossover",
+    "check_matmul_design",
     "check_microbatches",
     "check_one_f_one_b",
     "check_reduce_scatter",
@@ -110,6 +120,8 @@ __all__ = [
     "check_step_shardings",
     "check_switch_batch",
     "check_total",
+    "check_tp_bytes",
+    "check_tp_degree",
     "check_weight_bytes",
     "check_weight_versions",
     "check_zero_memory",
