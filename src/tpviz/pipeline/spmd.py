@@ -103,15 +103,19 @@ def ticks(sched: Schedule) -> Ticks:
     return Ticks(tuple(kinds), tuple(mbs), tuple(slots), max(used))
 
 
-def program(sched: Schedule, mesh):
+def program(sched: Schedule, mesh, slots: int | None = None):
     """The compiled-to-be training step ``(w, b, xs, targets) -> (loss, dw, db)``.
 
     ``w: f32[p, H, H]`` and ``b: f32[p, H]`` are split over ``"stage"`` (device d gets stage d);
     ``xs, targets: f32[m, rows, H]`` (the microbatches) are on every device; device 0 reads xs,
     device p - 1 reads targets. ``loss: f32[p]`` holds the loss on the last device (0 elsewhere);
-    ``dw``, ``db`` are the gradients, split like w and b.
+    ``dw``, ``db`` are the gradients, split like w and b. ``slots`` (default: the schedule's
+    need, K) makes the stash larger, to measure what its size costs.
     """
     tk = ticks(sched)
+    if slots is not None and slots < tk.slots:
+        raise ScheduleError(f"{sched.name} needs {tk.slots} stash slots per device, got {slots}.")
+    k_slots = tk.slots if slots is None else slots
     p, m = sched.stages, sched.microbatches
     kind_t, mb_t, slot_t = (jnp.asarray(np.array(a, np.int32)) for a in
                             (tk.kind, tk.microbatch, tk.slot))
@@ -123,7 +127,7 @@ def program(sched: Schedule, mesh):
         first, last = d == 0, d == p - 1
         rows, width = xs.shape[1], xs.shape[2]
         batch = m * rows
-        stash = jnp.zeros((tk.slots, 2, rows, width), xs.dtype)  # (h, y) of held microbatches
+        stash = jnp.zeros((k_slots, 2, rows, width), xs.dtype)  # (h, y) of held microbatches
         dw, db = jnp.zeros_like(w), jnp.zeros_like(b)
         loss = jnp.zeros((), xs.dtype)
         fwd_in = bwd_in = jnp.zeros((rows, width), xs.dtype)  # what the neighbours sent
