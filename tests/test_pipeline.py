@@ -19,9 +19,9 @@ from tpviz.pipeline import (
     run,
     schedule,
     simulate,
+    spmd,
     spmd_check,
 )
-from tpviz.pipeline import spmd
 
 F, B = 1.0, 2.0
 GRID = [(p, m) for p in (1, 2, 4, 8) for m in (1, 2, 4, 8, 16)]
@@ -245,7 +245,7 @@ def test_lock_step_ticks_play_every_op_once_in_order(p, m):
 
 def test_spmd_pipeline_rejects_split_or_interleaved_schedules():
     for sched in (schedule("zb-h1", 4, 8), schedule("interleaved", 4, 8, 2)):
-        with pytest.raises(ScheduleError, match="needs run.run"):
+        with pytest.raises(ScheduleError, match=r"needs run\.run"):
             spmd.ticks(sched)
 
 

@@ -1,10 +1,8 @@
 """ZeRO: the paper's memory figures, and real training steps whose state, collectives and
 parameters match the plan, plain data parallelism and one device."""
 
-import numpy as np
 import pytest
 
-import tpviz
 from tpviz import zero
 from tpviz.zero import draw, run
 
