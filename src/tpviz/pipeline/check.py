@@ -12,6 +12,7 @@ runs it, and compares
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import jax
@@ -43,6 +44,7 @@ class SpmdCheck:
     stash_slots: int  # K: saved microbatches each device has room for
     microbatch_bytes: int  # one microbatch's saved activations on one stage (h and y)
     simulated_peak: int  # the simulator's most microbatches held by any device
+    stash_copies: int  # copy ops of the whole stash in the optimized HLO
 
     @property
     def peak_bytes(self) -> int:
@@ -92,6 +94,12 @@ def _compile(step, *args):
         return lowered.compile()
 
 
+def _copies(hlo: str, shape: tuple[int, ...]) -> int:
+    """How many ``copy`` instructions of an array of ``shape`` the optimized HLO holds."""
+    dims = ",".join(map(str, shape))
+    return len(re.findall(rf"= f32\[{dims}\]\{{[\d,]*\}} copy\(", hlo))
+
+
 def spmd_check(name: str, stages: int = 4, microbatches: int = 8, *, width: int = 16,
                rows: int = 32, slots: int | None = None, seed: int = 0) -> SpmdCheck:
     """Run one training step (loss and gradients) of a ``stages``-layer MLP of ``width`` as one
@@ -131,7 +139,8 @@ def spmd_check(name: str, stages: int = 4, microbatches: int = 8, *, width: int 
     tk = spmd.ticks(sched)
     result = SpmdCheck(name, stages, microbatches, float(loss[-1]), loss_error, grad_error, found,
                        sends, compiled.memory(prog), tk.count, slots or tk.slots,
-                       2 * rows * width * 4, max(simulate(sched).peak_activations))
+                       2 * rows * width * 4, max(simulate(sched).peak_activations),
+                       _copies(prog.as_text(), (slots or tk.slots, 2, rows, width)))
     verify.same(sorted(found.kinds()), ["collective-permute"] * bool(len(found)),
                 f"{name}: kinds of the compiled collectives")
     verify.same(result.transfers(), (len(sends), int(sends.sent_bytes())),
