@@ -1,9 +1,10 @@
 """Real ZeRO / FSDP training steps in JAX, layer by layer, on a 1D ``"data"`` mesh of N devices.
 
 The model is an MLP of L layers of width H, ``h <- tanh(h W_l + b_l)`` (the last layer without
-tanh), loss ``mean((h - target)^2)``. Its parameters are kept **per layer**: layer l's W_l and
-b_l flattened into one vector of H^2 + H numbers, padded with zeros to a multiple of N, so that
-"partitioned" means "device d holds the d-th 1/N of every layer's vector". Adam's m and v are
+tanh), loss ``mean((h - target)^2)``. Its parameters are kept **per layer**: layer l is one
+array of R rows (W_l's H rows, b_l, zero rows up to a multiple of N; row-major, the layer's
+vector of H^2 + H numbers padded), so that "partitioned" means "device d holds the d-th 1/N of
+every layer's rows". Adam's m and v are
 kept the same way. The backward pass is written out layer by layer, so each stage decides what
 happens to a layer's gradient the moment it exists:
 
