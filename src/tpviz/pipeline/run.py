@@ -1,5 +1,10 @@
-"""A real pipelined MLP: one layer ``y = tanh(x W + b)`` per model chunk, chunk s on device
-``s % stages``, driven op by op by a schedule.
+"""A numerics demonstration: a pipelined MLP (one layer ``y = tanh(x W + b)`` per model chunk,
+chunk s on device ``s % stages``) driven op by op from Python by a schedule.
+
+It shows that every schedule, the interleaved and zero-bubble ones included, computes the
+single-device loss and gradients. It measures nothing about memory or communication: each op is
+its own small program and arrays move with ``device_put``. The pipeline measured for real is
+:mod:`tpviz.pipeline.spmd`, one compiled SPMD program.
 
 Each ``F`` runs the layer on its device and sends the output to the next chunk's device; each
 ``B`` computes the input gradient and sends it back; each ``W`` (or the second half of an unsplit
@@ -58,8 +63,6 @@ def init(sizes: list[int], seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]
 class Result:
     loss: float
     grads: list[tuple[jax.Array, jax.Array]]  # per chunk, on its device
-    peak_held_bytes: tuple[int, ...]  # per device: most bytes of saved activations at once
-    microbatch_bytes: tuple[int, ...]  # per chunk: bytes one microbatch's saved arrays take
 
 
 def run(sched: Schedule, params, x, target, devices) -> Result:
@@ -93,18 +96,13 @@ def run(sched: Schedule, params, x, target, devices) -> Result:
     inbox: dict[tuple[int, int], jax.Array] = {}  # sent to chunk s: activation or gradient
     saved: dict[tuple[int, int], tuple] = {}  # (microbatch, chunk) -> arrays held for backward
     grads = [None] * n
-    held, peak = [0] * p, [0] * p
-    mb_bytes = [0] * n
     loss = 0.0
-    for _, d, (kind, mb, s) in order:
+    for _, _, (kind, mb, s) in order:
         w, b = placed[s]
         if kind == "F":
             h = jax.device_put(xs[mb], home[s]) if s == 0 else inbox.pop(("F", mb, s))
             y = layer_forward(w, b, h)
             saved[mb, s] = (h, y)
-            mb_bytes[s] = h.nbytes + y.nbytes
-            held[d] += mb_bytes[s]
-            peak[d] = max(peak[d], held[d])
             if s < n - 1:
                 inbox["F", mb, s + 1] = jax.device_put(y, home[s + 1])  # send the activation
         elif kind == "B":
@@ -122,18 +120,13 @@ def run(sched: Schedule, params, x, target, devices) -> Result:
                 saved[mb, s] = (h, dz)  # W still needs the input and dz
             else:
                 _accumulate(grads, s, layer_backward_weights(h, dz))
-                _release(saved, held, d, mb, s, mb_bytes)
+                del saved[mb, s]
         else:
-            h, dz = saved[mb, s]
+            h, dz = saved.pop((mb, s))
             _accumulate(grads, s, layer_backward_weights(h, dz))
-            _release(saved, held, d, mb, s, mb_bytes)
-    return Result(float(loss), grads, tuple(peak), tuple(mb_bytes))
+    return Result(float(loss), grads)
 
 
 def _accumulate(grads: list, s: int, g: tuple) -> None:
     grads[s] = g if grads[s] is None else jax.tree.map(jnp.add, grads[s], g)
 
-
-def _release(saved: dict, held: list, d: int, mb: int, s: int, mb_bytes: list) -> None:
-    del saved[mb, s]
-    held[d] -= mb_bytes[s]

@@ -2,12 +2,14 @@
 parameters (3) of data-parallel training over its devices (Rajbhandari et al., 2020).
 
 Rooms: ``plan`` (``memory(params, devices, stage, ...)``, ``collectives`` and
-``communication``: instant), ``run`` (a small model trained for real at each stage, checked),
-``draw``, ``explore`` and ``exercises``.
+``communication``: instant), ``run`` (an MLP trained layer by layer at each stage),
+``check`` (``measure(stage, layers, width)``: the compiled step's memory and collectives beside
+the plan; ``train``: parameters against one device), ``draw``, ``explore`` and ``exercises``.
 """
 
 from tpviz.errors import ZeroError
-from tpviz.zero import draw
+from tpviz.zero import check, draw
+from tpviz.zero.check import Measurement, measure
 from tpviz.zero.explore import explore_zero
 from tpviz.zero.plan import (
     CATEGORIES,
@@ -22,5 +24,6 @@ from tpviz.zero.plan import (
     smallest_devices,
 )
 
-__all__ = ["CATEGORIES", "MODELS", "PARTITIONED", "PRECISIONS", "STAGES", "Memory", "ZeroError",
-           "collectives", "communication", "draw", "explore_zero", "memory", "smallest_devices"]
+__all__ = ["CATEGORIES", "MODELS", "PARTITIONED", "PRECISIONS", "STAGES", "Measurement", "Memory",
+           "ZeroError", "check", "collectives", "communication", "draw", "explore_zero", "measure",
+           "memory", "smallest_devices"]
