@@ -127,13 +127,13 @@ def check_column_parallel_bytes(sent: float) -> str:
     v = 1024 * 4096 * 4
     if isinstance(sent, int | float) and math.isclose(sent, 0):
         raise Wrong("the forward pass sends nothing, but the backward pass does.",
-                    "dX = dY · Wᵀ contracts F, which is split.")
+                    "dIn = dOut · Wᵀ contracts F, which is split.")
     if isinstance(sent, int | float) and math.isclose(sent, 2 * 7 / 8 * 1024 * 16384 * 4):
         raise Wrong("that all-reduces something of shape [B, F]; which result is a partial sum?")
     if isinstance(sent, int | float) and math.isclose(sent, v):
         raise Wrong("that is V, the array; a ring all-reduce sends 2 (n-1)/n · V per device.")
-    expect_number(sent, want, what="bytes per device", hint="One all-reduce of dX [B, D].")
-    return "One all-reduce of dX: Megatron's f in the backward pass."
+    expect_number(sent, want, what="bytes per device", hint="One all-reduce of dIn [B, H].")
+    return "One all-reduce of dIn: Megatron's f in the backward pass."
 
 
 SWITCH = dict(hidden=768, ffn=3072, devices=8)

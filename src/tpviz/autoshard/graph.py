@@ -12,8 +12,9 @@ reads the outputs of earlier ops or of the graph's inputs:
 Each op names the column dimensions of its input and output after the model's sizes (``dims``:
 ``H`` the model width, ``F`` the FFN width, ``Q = 3H`` the columns of queries, keys and values
 together), so that a strategy reads ``In[B, F_X] · W_2[F_X, H]`` for the MLP's second matmul and
-``A[B, F_X]`` for the gelu between them. Ops are listed in topological order. The graph's inputs (``x``) are free: the data loader can
-deliver them in whatever layout the first op wants.
+``A[B, F_X]`` for the gelu between them. Ops are listed in topological order. The graph's
+inputs (``x``) are free: the data loader can deliver them in whatever layout the first op
+wants.
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@ A strategy puts each mesh axis on one dimension of the op, or on none (replicate
 - matmul ``Out[B, F] = In[B, D] · W[D, F]`` (written here with generic letters; a strategy's
   notation names the dimensions after the op's real shape, e.g. ``In[B, F] · W_2[F, H]`` for
   the MLP's second matmul): each axis splits B, D, F or nothing (4^k strategies on a k-axis
-  mesh). A training step runs three matmuls, each contracting one of the three
-  dimensions: ``Y = X W`` contracts D, ``dX = dY Wᵀ`` contracts F, ``dW = Xᵀ dY`` contracts
-  B. Sharding the contracted dimension leaves partial sums, so each costs an all-reduce of its
-  result (case 3 of the sharded-matmul chapter): D sharded → all-reduce Y (Megatron's
-  row-parallel ``g``), F sharded → all-reduce dX (column-parallel's ``f``), B sharded →
+  mesh). A training step runs three matmuls, each contracting one of the three dimensions:
+  ``Out = In W`` contracts D, ``dIn = dOut Wᵀ`` contracts F, ``dW = Inᵀ dOut`` contracts B.
+  Sharding the contracted dimension leaves partial sums, so each costs an all-reduce of its
+  result (case 3 of the sharded-matmul chapter): D sharded → all-reduce Out (Megatron's
+  row-parallel ``g``), F sharded → all-reduce dIn (column-parallel's ``f``), B sharded →
   all-reduce dW (data parallelism). :func:`tpviz.matmul.plan` plans each of the three;
 - element-wise ops follow their input: any layout of their ``[B, H]`` or ``[B, F]``, no
   communication;
@@ -95,15 +95,15 @@ def _matmul(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
         e = {k: (None if not v else v[0] if len(v) == 1 else v) for k, v in ax.items()}
         try:
             fwd = matmul.plan((b, d), (d, f), P(e["B"], e["D"]), P(e["D"], e["F"]), mesh_shape,
-                              dtype=dtype)  # Y = X W, contracts D
+                              dtype=dtype)  # Out = In W, contracts D
             dx = matmul.plan((b, f), (f, d), P(e["B"], e["F"]), P(e["F"], e["D"]), mesh_shape,
-                             dtype=dtype)  # dX = dY Wᵀ, contracts F
+                             dtype=dtype)  # dIn = dOut Wᵀ, contracts F
             dw = matmul.plan((d, b), (b, f), P(e["D"], e["B"]), P(e["B"], e["F"]), mesh_shape,
                              dtype=dtype)  # dW = Xᵀ dY, contracts B
         except ShardingError:
             continue
         x_spec, w_spec, y_spec = P(e["B"], e["D"]), P(e["D"], e["F"]), P(e["B"], e["F"])
-        named = [_named(c, w) for c, w in ((fwd, "Y"), (dx, "dX"), (dw, "dW"))]
+        named = [_named(c, w) for c, w in ((fwd, "Out"), (dx, "dIn"), (dw, "dW"))]
         din, dout = op.dims
         notation = (f"{to_notation(x_spec, 'In', ('B', din))} · "
                     f"{to_notation(w_spec, op.weight_name, (din, dout))}")

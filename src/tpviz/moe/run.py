@@ -122,10 +122,11 @@ def train_step(mesh, k: int, c: int, order: str = "before", axis: str = AXIS):
 
 def gshard_layer(x, params: dict, k: int, c: int, order: str = "before", mesh=None,
                  axis: str = AXIS, reshard: bool = True):
-    """The layer on ``x[G, T_g, H]`` (GShard's ``[G, S, M]``) as GShard writes it (``"GSEC,GSM->EGCM"``). With a mesh, the
-    groups G and the experts E are sharded over ``axis`` and GSPMD chooses how to move the
-    tokens; ``reshard`` also pins the dispatched buffer to G-split before it is E-split (and
-    back), the resharding GShard turns into an all-to-all."""
+    """The layer on ``x[G, T_g, H]`` (GShard's ``[G, S, M]``) as GShard writes it
+    (``"GSEC,GSM->EGCM"``). With a mesh, the groups G and the experts E are sharded over
+    ``axis`` and GSPMD chooses how to move the tokens; ``reshard`` also pins the dispatched
+    buffer to G-split before it is E-split (and back), the resharding GShard turns into an
+    all-to-all."""
     def constrain(v, spec):
         return v if mesh is None else jax.lax.with_sharding_constraint(v, NamedSharding(mesh, spec))
 
