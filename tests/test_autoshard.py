@@ -369,3 +369,21 @@ def test_check_greedy_trap(capsys):
 
     ex.check_greedy_trap(raises)
     assert "not attempted" in capsys.readouterr().out
+
+
+def test_solver_status_is_checked(monkeypatch):
+    import importlib
+    from types import SimpleNamespace
+
+    from tpviz.errors import SolverError
+
+    solve_module = importlib.import_module("tpviz.autoshard.solve")
+
+    g = auto.mlp(64, 64, 256)
+    for status, error, words in ((2, ShardingError, "memory_limit"),
+                                 (1, SolverError, "time or iteration limit"),
+                                 (4, SolverError, "without a solution")):
+        monkeypatch.setattr(solve_module, "milp", lambda *a, s=status, **k: SimpleNamespace(
+            status=s, x=None, message="stubbed"))
+        with pytest.raises(error, match=words):
+            auto.solve(g, {"X": 8}, H100)
