@@ -76,9 +76,9 @@ def test_megatron_on_1d_for_a_large_hidden_size():
     b, h, f, layers = 1024, 8192, 32768, 3
     s = auto.solve(auto.mlp(b, h, f, layers), {"X": 8}, H100)
     assert auto.is_megatron(s)
-    assert s.strategies["w1.1"] == "X[B, D] · W[D, F_X]"  # column-parallel
-    assert s.strategies["gelu.1"] == "A[B, H_X]"  # follows its input
-    assert s.strategies["w2.1"] == "X[B, D_X] · W[D_X, F]"  # row-parallel
+    assert s.strategies["w1.1"] == "In[B, H] · W_1[H, F_X]"  # column-parallel
+    assert s.strategies["gelu.1"] == "A[B, F_X]"  # follows its input, [B, F]
+    assert s.strategies["w2.1"] == "In[B, F_X] · W_2[F_X, H]"  # row-parallel
     # one all-reduce of B·H per block forward, one of the input gradient backward
     assert [(c.kind, c.bytes, c.group_size) for c in s.collectives] == \
         [("all-reduce", b * h * 4, 8)] * layers
@@ -213,11 +213,11 @@ def test_bad_input():
         auto.mlp(0, 64, 256)
     with pytest.raises(ShardingError, match="heads"):
         auto.transformer(64, 60, 256, 8)
-    with pytest.raises(ArgumentError, match="unknown system"):
+    with pytest.raises(ArgumentError, match="not one of the choices"):
         auto.solve(g, {"X": 8}, "TPU v9")
     with pytest.raises(ArgumentTypeError, match="mesh_shape"):
         auto.solve(g, (8,), H100)
-    with pytest.raises(ShardingError, match="size"):
+    with pytest.raises(ArgumentError, match="mesh_shape"):
         auto.solve(g, {"X": 0}, H100)
     with pytest.raises(ArgumentError, match="memory_limit"):
         auto.solve(g, {"X": 8}, H100, memory_limit=-1)
@@ -262,9 +262,10 @@ def test_check_edge_bytes(capsys):
 
 
 def test_check_gelu_layout(capsys):
-    passes(ex.check_gelu_layout, "A[B, H_X]", capsys=capsys)
-    fails(ex.check_gelu_layout, "A[B_X, H]", words="all-to-all")
-    fails(ex.check_gelu_layout, "A[B, H]", words="not the layout")
+    passes(ex.check_gelu_layout, "A[B, F_X]", capsys=capsys)
+    fails(ex.check_gelu_layout, "A[B, H_X]", words=r"\[B, F\]")  # right split, wrong array
+    fails(ex.check_gelu_layout, "A[B_X, F]", words="all-to-all")
+    fails(ex.check_gelu_layout, "A[B, F]", words="not the layout")
     fails(ex.check_gelu_layout, "A(B)", words="cannot read")
 
 
@@ -329,6 +330,9 @@ def test_check_column_parallel_bytes(capsys):
 
 def test_check_switch_batch(capsys):
     passes(ex.check_switch_batch, 3072, capsys=capsys)
+    passes(ex.check_switch_batch, np.int64(3072), capsys=capsys)  # a NumPy integer is a number
+    fails(ex.check_switch_batch, 3300, words="already uses data parallelism")  # 7 % too many
+    fails(ex.check_switch_batch, 2900, words="still picks Megatron")
     fails(ex.check_switch_batch, 768, words="still picks Megatron")  # B* = H
     fails(ex.check_switch_batch, 4 * 3072, words="already uses data parallelism")
     fails(ex.check_switch_batch, "F", words="number")
@@ -340,7 +344,8 @@ def test_check_stages(capsys):
     passes(ex.check_stages, 29, capsys=capsys)
     fails(ex.check_stages, 53, words="single-device")  # [1], [2], [6], [2]: 11 + 7 · 6
     fails(ex.check_stages, 33.5, words="two stages of 2")  # [1, 2]/2, [6, 2]/2: 5.5 + 7 · 4
-    fails(ex.check_stages, 22, words="perfectly even")  # 11 / 4 · 8
+    fails(ex.check_stages, 22, words="no fill or drain")  # m · Σt / N = 8 · 11 / 4
+    fails(ex.check_stages, 30.25, words="perfectly even")  # 4 stages of 2.75: 11 + 7 · 2.75
     fails(ex.check_stages, 30, words="not right")
 
 
@@ -355,9 +360,30 @@ def test_check_greedy_trap(capsys):
     fails(ex.check_greedy_trap, lambda: (auto.mlp(64, 64, 256, 3), {"X": 8}), words="at most 8")
     fails(ex.check_greedy_trap, lambda: ("graph", {"X": 8}), words="give a Graph")
     fails(ex.check_greedy_trap, lambda: auto.mlp(64, 64, 256), words="pair")
+    fails(ex.check_greedy_trap, lambda: (auto.mlp(64, 64, 256), dict.fromkeys("ABCD", 2)),
+          words="1 to 3 axes")
+    fails(ex.check_greedy_trap, lambda: (auto.mlp(64, 64, 256), {"X": 4.0}), words="integer")
 
     def raises():
         raise NotImplementedError
 
     ex.check_greedy_trap(raises)
     assert "not attempted" in capsys.readouterr().out
+
+
+def test_solver_status_is_checked(monkeypatch):
+    import importlib
+    from types import SimpleNamespace
+
+    from tpviz.errors import SolverError
+
+    solve_module = importlib.import_module("tpviz.autoshard.solve")
+
+    g = auto.mlp(64, 64, 256)
+    for status, error, words in ((2, ShardingError, "memory_limit"),
+                                 (1, SolverError, "time or iteration limit"),
+                                 (4, SolverError, "without a solution")):
+        monkeypatch.setattr(solve_module, "milp", lambda *a, s=status, **k: SimpleNamespace(
+            status=s, x=None, message="stubbed"))
+        with pytest.raises(error, match=words):
+            auto.solve(g, {"X": 8}, H100)

@@ -15,7 +15,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tpviz
-from tpviz import exercises, megatron, mesh2d, pipeline, zero
+from tpviz import autoshard, exercises, megatron, mesh2d, moe, pipeline, zero
 from tpviz.core import compiled, layout, notation
 from tpviz.core import exercises as framework
 from tpviz.errors import (
@@ -135,6 +135,28 @@ BAD = [
     (lambda: tpviz.explore_layout(notation=3), TypeError, r"explore_layout\(notation=3\)"),
     (lambda: tpviz.explore_mesh2d(data=3), ArgumentError, "data = 3"),
     (lambda: tpviz.explore_matmul(system="TPU"), ArgumentError, "system = 'TPU'"),
+    # expert parallelism (MoE)
+    (lambda: moe.route(np.zeros(8), 2, 1.0), ArgumentError, "logits must be a 2-D array"),
+    (lambda: moe.route(np.zeros((8, 4)), 2, 1.0, groups=0), ArgumentError,
+     "groups must be a positive integer"),
+    (lambda: moe.keep(np.zeros((8, 2), int), 4, 2, groups=0), ArgumentError,
+     "groups must be a positive integer"),
+    (lambda: moe.render_moe(system="H100"), ArgumentError, "system = 'H100'"),
+    (lambda: moe.gspmd_forward(mesh4("X"), 2, 2), ShardingError, "no 'expert'"),
+    (lambda: moe.plan(64, 8, 2, "1.25", 8), TypeError, "capacity_factor must be a number"),
+    (lambda: moe.plan(64, 8.0, 2, 1.25, 8), TypeError, "experts must be an integer"),
+    # automatic parallelization
+    (lambda: autoshard.stages(["a"], 4, 8, [(1,)]), TypeError,
+     r"layer_costs\[0\] must be a number"),
+    (lambda: autoshard.stages(None, 4, 8, [(1,)]), TypeError,
+     "layer_costs must be a sequence"),
+    (lambda: autoshard.Builder(x=(8, 12)).heads("h", "x", 0), ArgumentError,
+     "heads must be a positive integer"),
+    (lambda: autoshard.solve(autoshard.mlp(64, 16, 64), {"X": 4}, "H100"), ArgumentError,
+     "system = 'H100'"),
+    (lambda: autoshard.solve(autoshard.mlp(64, 16, 64), {"X": 4.0}, "H100 (NVLink)"), TypeError,
+     r"mesh_shape\['X'\] must be an integer"),
+    (lambda: autoshard.mlp(64.0, 16, 64), TypeError, "batch must be an integer"),
 ]
 
 

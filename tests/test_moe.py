@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 import tpviz
 from tpviz import moe
 from tpviz.core import compiled
+from tpviz.core.cost import SYSTEMS, bandwidth_for
 from tpviz.core.widgets import Live
 from tpviz.errors import ArgumentError, ShardingError
 from tpviz.exercises import ExerciseFailed
@@ -104,7 +105,7 @@ def test_aux_loss_formula():
     e, t = 4, 8
     uniform = np.full((t, e), 1 / e)
     balanced = np.arange(t)[:, None] % e  # each expert chosen t/e times
-    assert moe.aux_loss(uniform, balanced, alpha=0.01) == pytest.approx(0.01)
+    assert moe.aux_loss(uniform, balanced, weight=0.01) == pytest.approx(0.01)
     collapsed = np.zeros((t, 1), int)
     assert moe.aux_loss(np.eye(e)[collapsed[:, 0]], collapsed, 0.01) == pytest.approx(0.01 * e)
     # hand case: f = (3/4, 1/4, 0, 0), P = (0.5, 0.3, 0.1, 0.1): 0.01·4·(0.375 + 0.075)
@@ -198,6 +199,8 @@ def test_gspmd_without_reshard_gathers_instead():
     x = np.random.default_rng(0).standard_normal((64, 16), dtype=np.float32)
     found = compiled.collectives(moe.gspmd_forward(mesh, 2, 2, reshard=False), x, params)
     assert found.kinds()["all-gather"] + found.kinds()["all-reduce"] >= 1
+    hand = compiled.collectives(moe.forward(mesh, 2, 2), x, params)
+    assert found.sent_bytes() > hand.sent_bytes()  # the compiler's road moves more bytes
 
 
 # --- draw and explore ----------------------------------------------------------------------------
@@ -207,6 +210,20 @@ def test_figures():
     assert r.dropped > 0
     assert isinstance(moe.draw.routing(r, 4), Figure)
     assert isinstance(moe.draw.load(r, 4), Figure)
+
+
+def test_collectives_across_nodes_are_priced_between_nodes():
+    cluster = SYSTEMS["H100 cluster (NVLink + InfiniBand)"]  # 8 GPUs a node, NVLink 450 GB/s
+    assert bandwidth_for(cluster, 8) == 4.5e11 and bandwidth_for(cluster, 16) == 5.0e10
+    assert bandwidth_for(SYSTEMS["TPU v5p (ICI)"], 4096) == SYSTEMS["TPU v5p (ICI)"].bandwidth
+    p8, p16 = (moe.plan(4096, 64, 2, 1.25, n, 4096, 14336, "bf16") for n in (8, 16))
+    # by hand: α = 0, each all-to-all sends (N-1)/N of the buffer [E, C, H] at W
+    for p, w in ((p8, 4.5e11), (p16, 5.0e10)):
+        want = 2 * (p.devices - 1) / p.devices * p.dispatch_bytes / w
+        assert p.time(cluster).comm_s == pytest.approx(want)
+    assert p16.time(cluster).comm_s > 5 * p16.time(SYSTEMS["H100 (NVLink)"]).comm_s
+    html, _ = moe.render_moe(devices=16, system="H100 cluster (NVLink + InfiniBand)")
+    assert "spans 2 nodes" in html
 
 
 def test_render_and_explore():
@@ -290,12 +307,37 @@ def test_check_all_to_all_bytes(capsys):
     fails(ex.check_all_to_all_bytes, 64 * 128 * 4096 * 2 * 7 // 8, words="capacity factor")
 
 
+def _drops_by_loop(experts, cf, tokens=4096, devices=8, k=2):
+    """Fraction of choices dropped for the design router: top-k by sorting each token's logits,
+    then, group by group, first choices by position before second choices."""
+    logits = np.random.default_rng(0).standard_normal((tokens, experts)) + 0.2 * np.linspace(
+        1, -1, experts)
+    group = tokens // devices
+    c = math.ceil(round(k * group * cf / experts, 9))
+    dropped = 0
+    for g in range(devices):
+        rows = logits[g * group:(g + 1) * group]
+        choices = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+        used = np.zeros(experts, int)
+        for j in range(k):
+            for t in range(group):
+                e = choices[t, j]
+                if used[e] < c:
+                    used[e] += 1
+                else:
+                    dropped += 1
+    return dropped / (tokens * k)
+
+
 def test_check_design(capsys):
     mib = 2**20  # by hand: E/8 experts of 2·H·F·2 bytes, 4 buffers of E·C·H·2 bytes
     assert ex.design_memory(224, 2.0) == 28 * 32 * mib + 4 * 224 * 10 * 4096 * 2  # C = 10
     assert ex.design_memory(232, 3.0) == 29 * 32 * mib + 4 * 232 * 14 * 4096 * 2 > 2**30
     best = ex._design_best()
     assert best == (224, 2.0)
+    # the drops recomputed here, by GShard's rule in a plain loop (not the code under test)
+    assert _drops_by_loop(224, 2.0) <= 0.01 < _drops_by_loop(224, 1.5)
+    assert _drops_by_loop(232, 3.0) <= 0.01  # 232 fails on memory only
     passes(ex.check_design, *best, capsys=capsys)
     fails(ex.check_design, *ex._design_best(memory_only=True), words="drops")  # ignores drops
     fails(ex.check_design, *ex._design_best(drops_only=True), words="over the budget")
@@ -303,3 +345,5 @@ def test_check_design(capsys):
     fails(ex.check_design, 224, 3.0, words="smaller factor")
     fails(ex.check_design, 216, 2.0, words="more experts fit")
     fails(ex.check_design, 100, 2.0, words="does not split")
+    fails(ex.check_design, 224.0, 2.0, words="experts must be an integer")
+    fails(ex.check_design, "224", 2.0, words="experts must be an integer")

@@ -35,6 +35,11 @@ class CompileError(TpvizError, ValueError):
     """A function that does not compile for the arguments it was given."""
 
 
+class SolverError(TpvizError, ValueError):
+    """An optimisation solver (the ILP of ``tpviz.autoshard``) stopped without a proven
+    optimum: a time or iteration limit, or a numerical failure."""
+
+
 class ScheduleError(TpvizError, ValueError):
     """Counts that do not make a pipeline schedule, or an unknown schedule name."""
 

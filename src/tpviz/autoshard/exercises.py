@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
-from tpviz.autoshard.compare import greedy, is_data_parallel, is_megatron
+from tpviz.autoshard.compare import greedy, switch_batch
 from tpviz.autoshard.graph import Graph, mlp
 from tpviz.autoshard.solve import solve
 from tpviz.autoshard.stages import stages
 from tpviz.autoshard.strategies import reshard
-from tpviz.core.exercises import NotAttempted, Wrong, call, checker, expect_number, is_stub
+from tpviz.core.exercises import (
+    NotAttempted,
+    Wrong,
+    as_number,
+    call,
+    checker,
+    expect_number,
+    is_stub,
+)
 from tpviz.core.notation import parse
+from tpviz.core.validate import mesh_shape as mesh_shape_of
 from tpviz.errors import NotationError, TpvizError
 
 SYSTEM = "H100 (NVLink)"
@@ -44,11 +55,18 @@ def check_gelu_layout(notation: str) -> str:
     """The layout of the gelu between a column-parallel and a row-parallel matmul on {X: 8}."""
     if is_stub(notation):
         raise NotAttempted
+    if not isinstance(notation, str):
+        raise Wrong(f"give a string in the book's notation, not a {type(notation).__name__}.")
     try:
-        got = parse(notation).spec
+        parsed = parse(notation)
     except NotationError as e:
-        raise Wrong(f"cannot read {notation!r}: {e}", "Write it like 'A[B_X, H]'.") from None
+        raise Wrong(f"cannot read {notation!r}: {e}", "Write it like 'A[B_X, F]'.") from None
+    got = parsed.spec
     s = solve(mlp(1024, 8192, 32768), {"X": 8}, SYSTEM).choice["gelu.1"]
+    if got == s.out_spec and tuple(parsed.dims) != ("B", "F"):
+        raise Wrong(f"the layout is right, but the gelu's array is [B, F] (it follows the first "
+                    f"matmul, F = 32,768 wide), not [{', '.join(parsed.dims)}].",
+                    "Name the dimensions after the array's real shape.")
     if got == s.out_spec:
         return "It follows its input: columns split, so no communication around it."
     if tuple(got) and got[0] == "X":
@@ -96,53 +114,58 @@ def check_edge_constraints(edge_constraints) -> str:
 
 @checker("Bytes of a matmul strategy in a training step")
 def check_column_parallel_bytes(sent: float) -> str:
-    """Bytes each device sends in one training step for ``X[B, D] · W[D, F_X]`` with B = 1024,
-    D = 4096, F = 16384, float32, on 8 devices."""
+    """Bytes each device sends in one training step for ``In[B, H] · W[H, F_X]`` with B = 1024,
+    H = 4096, F = 16384, float32, on 8 devices."""
     from tpviz.autoshard.graph import Builder
     from tpviz.autoshard.strategies import strategies
 
     b = Builder(x=(1024, 4096))
     b.matmul("w", "x", 16384)
     s = next(s for s in strategies(b.graph().ops[0], {"X": 8})
-             if s.notation == "X[B, D] · W[D, F_X]")
+             if s.weight_spec == P(None, "X") and s.in_specs[0] == P(None, None))
     want = sum(c.sent_bytes for c in s.forward + s.backward)
     v = 1024 * 4096 * 4
     if isinstance(sent, int | float) and math.isclose(sent, 0):
         raise Wrong("the forward pass sends nothing, but the backward pass does.",
-                    "dX = dY · Wᵀ contracts F, which is split.")
+                    "dIn = dOut · Wᵀ contracts F, which is split.")
     if isinstance(sent, int | float) and math.isclose(sent, 2 * 7 / 8 * 1024 * 16384 * 4):
         raise Wrong("that all-reduces something of shape [B, F]; which result is a partial sum?")
     if isinstance(sent, int | float) and math.isclose(sent, v):
         raise Wrong("that is V, the array; a ring all-reduce sends 2 (n-1)/n · V per device.")
-    expect_number(sent, want, what="bytes per device", hint="One all-reduce of dX [B, D].")
-    return "One all-reduce of dX: Megatron's f in the backward pass."
+    expect_number(sent, want, what="bytes per device", hint="One all-reduce of dIn [B, H].")
+    return "One all-reduce of dIn: Megatron's f in the backward pass."
+
+
+SWITCH = dict(hidden=768, ffn=3072, devices=8)
+
+
+@functools.lru_cache(maxsize=1)
+def _switch_point() -> int:
+    """The solver's own switch point for :data:`SWITCH` (bisection; cached)."""
+    d = SWITCH
+    return switch_batch(d["hidden"], d["ffn"], {"X": d["devices"]}, SYSTEM)
 
 
 @checker("Where the solver switches to data parallelism")
-def check_switch_batch(batch: int) -> str:
+def check_switch_batch(batch) -> str:
     """The batch (tokens) B* at which data parallelism starts to beat Megatron for the MLP with
-    H = 768, F = 3072 on 8 devices: checked against the solver just below and just above."""
-    expect_number(batch, batch if isinstance(batch, int | float) else 0.0)
-    h, f, n = 768, 3072, 8
-    below, above = int(batch * 0.9) // n * n, -(-int(batch * 1.1) // n) * n
-    if below < n:
-        raise Wrong(f"B* = {batch} is too small to hold one row per device.")
-    lo = solve(mlp(below, h, f), {"X": n}, SYSTEM)
-    hi = solve(mlp(above, h, f), {"X": n}, SYSTEM)
-    if not is_megatron(lo):
-        raise Wrong(f"at B = {below} the solver already uses data parallelism; B* is smaller.",
-                    "Compare the bytes of Megatron's two all-reduces of [B, H] with data "
-                    "parallelism's all-reduce of the weight gradients.")
-    if not is_data_parallel(hi):
-        raise Wrong(f"at B = {above} the solver still picks Megatron; B* is larger.",
-                    "Set 2·B·H (activations) equal to 2·H·F (weights) and solve for B.")
-    return f"Below {batch:,} tokens Megatron, above it data parallelism: B* = F."
+    H = 768, F = 3072 on 8 devices: the solver's switch point F* (found by bisection over
+    multiples of N), accepted within [F*, F* + N] (one step of the bisection's grid of N rows)."""
+    got = as_number(batch, "B*")
+    switch, n = _switch_point(), SWITCH["devices"]
+    hint = "Set Megatron's 2·B·H (activations) equal to data parallelism's 2·H·F (weights)."
+    if got < switch:
+        raise Wrong(f"at B = {got:,.0f} the solver still picks Megatron; B* is larger.", hint)
+    if got > switch + n:
+        raise Wrong(f"at B = {got:,.0f} the solver already uses data parallelism; B* is "
+                    "smaller.", hint)
+    return f"Below {switch:,} tokens Megatron, from there data parallelism: B* = F."
 
 
 @checker("The best pipeline stages")
 def check_stages(latency: float) -> str:
-    """The least ``Σ t_i + (B − 1) · max t_i`` for layers costing [1, 2, 6, 2] seconds on one
-    device, 4 devices, B = 8 microbatches, stages on 1 or 2 devices."""
+    """The least ``Σ t_i + (m − 1) · max t_i`` for layers costing [1, 2, 6, 2] seconds on one
+    device, 4 devices, m = 8 microbatches, stages on 1 or 2 devices."""
     costs = [1, 2, 6, 2]
     best = stages(costs, 4, 8, [(1,), (2,)])
     for p, what in ((4, "four single-device stages"), (2, "two stages of 2 devices")):
@@ -151,9 +174,17 @@ def check_stages(latency: float) -> str:
                 not math.isclose(other.latency, best.latency)):
             raise Wrong(f"{latency} is the best with {what} only; mix stage sizes.",
                         "A stage of 2 devices halves its time; give them to the slow layer.")
-    if isinstance(latency, int | float) and math.isclose(latency, sum(costs) / 4 * 8):
-        raise Wrong("that assumes perfectly even stages; no split of these layers is even.",
-                    "The slowest stage sets the pace; the first microbatch passes all stages.")
+    m, n = 8, 4
+    value = latency if isinstance(latency, int | float) else None
+    if value is not None and math.isclose(value, m * sum(costs) / n):
+        raise Wrong("that is m · Σt / N: all the work spread evenly over the devices, with no "
+                    "fill or drain; no pipeline reaches it.",
+                    "The first microbatch passes every stage: Σ t_i + (m − 1) · max t_i.")
+    even = sum(costs) / n  # N single-device stages of exactly Σt/N each
+    if value is not None and math.isclose(value, n * even + (m - 1) * even):
+        raise Wrong("that is the latency of perfectly even single-device stages (Σt/N each); "
+                    "no split of these layers is even, and a 2-device stage can do better.",
+                    "A stage of 2 devices halves its time; give them to the slow layer.")
     expect_number(latency, best.latency, what="the latency",
                   hint="Try stages of 1 and 2 devices; the slowest stage sets the pace.")
     return f"Stages {best.bounds} on {[math.prod(s) for s in best.submeshes]} devices."
@@ -174,7 +205,15 @@ def check_greedy_trap(design) -> str:
     if len(graph) > 8:
         raise Wrong(f"{len(graph)} ops; keep it to at most 8 so it is easy to explain.")
     try:
-        best, first = solve(graph, mesh_shape, SYSTEM), greedy(graph, mesh_shape, SYSTEM)
+        shape = mesh_shape_of("mesh_shape", mesh_shape)
+    except TpvizError as e:
+        raise Wrong(f"the mesh shape: {e}") from None
+    if not 1 <= len(shape) <= 3 or math.prod(shape.values()) > 64:
+        raise Wrong(f"the mesh {shape} has {len(shape)} axes and {math.prod(shape.values())} "
+                    "devices; use 1 to 3 axes and at most 64 devices (more makes the checker "
+                    "slow without making the point clearer).")
+    try:
+        best, first = solve(graph, shape, SYSTEM), greedy(graph, shape, SYSTEM)
     except TpvizError as e:
         raise Wrong(f"the graph cannot be solved on this mesh: {e}") from None
     ratio = first.cost / best.cost

@@ -3,21 +3,26 @@
 Every activation is a matrix ``[rows, columns]`` (rows are tokens, ``B`` for short). An op
 reads the outputs of earlier ops or of the graph's inputs:
 
-- ``matmul``: ``Y[B, F] = X[B, D] · W[D, F]``, with its own weight ``W``;
+- ``matmul``: ``Out[B, F] = In[B, H] · W_1[H, F]``, with its own weight;
 - ``elementwise``: ``gelu`` (one input) or ``add`` (two inputs of the same shape); ``heads`` is a
   head-local stand-in for the attention core: ``[B, 3H] → [B, H]``, each output column reads
   only the columns of its own head (so it shards like an element-wise op along rows and heads);
 - ``reduction``: ``sum`` over the columns, ``[B, H] → [B, 1]``.
 
-Ops are listed in topological order. The graph's inputs (``x``) are free: the data loader can
-deliver them in whatever layout the first op wants.
+Each op names the column dimensions of its input and output after the model's sizes (``dims``:
+``H`` the model width, ``F`` the FFN width, ``Q = 3H`` the columns of queries, keys and values
+together), so that a strategy reads ``In[B, F_X] · W_2[F_X, H]`` for the MLP's second matmul and
+``A[B, F_X]`` for the gelu between them. Ops are listed in topological order. The graph's
+inputs (``x``) are free: the data loader can deliver them in whatever layout the first op
+wants.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpviz.core import layout
+from tpviz.core import validate as check
 from tpviz.errors import ArgumentError, ShardingError
 
 KINDS = {"matmul": ("matmul",), "elementwise": ("gelu", "add", "heads"), "reduction": ("sum",)}
@@ -36,6 +41,8 @@ class Op:
         shape: shape of its output.
         weight: shape ``(D, F)`` of a matmul's weight, else None.
         heads: attention heads of a "heads" op (columns of one head stay together), else 0.
+        dims: names of the column dimension of its (first) input and of its output.
+        weight_name: a matmul's weight in the notation, e.g. ``W_1``.
     """
 
     name: str
@@ -46,6 +53,8 @@ class Op:
     shape: tuple[int, int]
     weight: tuple[int, int] | None = None
     heads: int = 0
+    dims: tuple[str, str] = ("H", "H")
+    weight_name: str = "W"
 
     @property
     def flops(self) -> int:
@@ -64,6 +73,7 @@ class Graph:
     ops: tuple[Op, ...]
     inputs: dict[str, tuple[int, int]]
     dtype: str = "float32"
+    dims: dict[str, str] = field(default_factory=dict)  # input name -> its column dimension
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -87,7 +97,8 @@ class Graph:
         read by more than one op (it arrives in one layout, which its readers may have to
         reshard); an input read once arrives in whatever layout its reader wants."""
         readers = [i for op in self.ops for i in op.inputs if i in self.inputs]
-        shared = tuple(Op(name, "input", "input", (), (), tuple(shape))
+        shared = tuple(Op(name, "input", "input", (), (), tuple(shape),
+                          dims=(self.dims.get(name, "H"),) * 2)
                        for name, shape in self.inputs.items() if readers.count(name) > 1)
         return shared + self.ops
 
@@ -113,8 +124,7 @@ class Graph:
 
 def _positive(**sizes) -> None:
     for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ArgumentError(f"{name} must be a positive integer, got {value!r}.")
+        check.integer(name, value)
 
 
 class Builder:
@@ -124,24 +134,43 @@ class Builder:
         layout.dtype_of(dtype)
         self.dtype, self.inputs, self.ops = str(layout.dtype_of(dtype)), dict(inputs), []
         self.shapes = {k: tuple(v) for k, v in inputs.items()}
+        self.dims = {k: "H" for k in inputs}  # the inputs' columns: the model width H
+        self.widths = {v[1]: "H" for v in self.shapes.values() if len(v) == 2}
 
-    def _add(self, name, kind, fn, inputs, shape, weight=None, heads=0) -> str:
+    def _dim(self, x: str) -> str:
+        return self.dims.get(x, "H")
+
+    def _add(self, name, kind, fn, inputs, shape, weight=None, heads=0, dims=None,
+             weight_name="W") -> str:
         if name in self.shapes:
             raise ArgumentError(f"the name {name!r} is used twice; give every op its own name.")
         for i in inputs:
             if i not in self.shapes:
                 raise ArgumentError(f"op {name!r} reads {i!r}, which is not defined before it.")
+        if dims is None:
+            dims = (self._dim(inputs[0]),) * 2 if inputs else ("H", "H")
         op = Op(name, kind, fn, tuple(inputs), tuple(self.shapes[i] for i in inputs),
-                tuple(shape), weight, heads)
+                tuple(shape), weight, heads, tuple(dims), weight_name)
         self.ops.append(op)
         self.shapes[name] = op.shape
+        self.dims[name] = op.dims[1]
         return name
 
-    def matmul(self, name: str, x: str, features: int) -> str:
-        """``name = x · W`` with a new weight ``W[D, features]``."""
-        _positive(features=features)
+    def matmul(self, name: str, x: str, features: int, dim: str | None = None,
+               weight: str | None = None) -> str:
+        """``name = x · W`` with a new weight ``W[D, features]``. ``dim`` names the new
+        column dimension (default: ``H`` for the model width, ``F`` for another width, ``F2``,
+        ``F3`` … for further ones); ``weight`` names the weight (default ``W_name``)."""
+        features = check.integer("features", features)
         rows, d = self.shapes.get(x, (0, 0))
-        return self._add(name, "matmul", "matmul", [x], (rows, features), (d, features))
+        if dim is None:
+            dim = self.widths.get(features) or next(
+                n for n in ("F", *(f"F{i}" for i in range(2, 99))) if n not in
+                self.widths.values())
+        self.widths.setdefault(features, dim)
+        return self._add(name, "matmul", "matmul", [x], (rows, features), (d, features),
+                         dims=(self._dim(x), dim),
+                         weight_name=weight or f"W_{name}")
 
     def gelu(self, name: str, x: str) -> str:
         return self._add(name, "elementwise", "gelu", [x], self.shapes.get(x, (0, 0)))
@@ -153,20 +182,24 @@ class Builder:
         return self._add(name, "elementwise", "add", [a, b], self.shapes[a])
 
     def heads(self, name: str, qkv: str, heads: int) -> str:
+        heads = check.integer("heads", heads)
         rows, cols = self.shapes.get(qkv, (0, 0))
         if cols % (3 * heads):
             raise ShardingError(f"heads {name!r}: {cols} columns do not hold q, k and v for "
                                 f"{heads} heads; use 3 × hidden columns, hidden divisible by "
                                 "heads.")
-        return self._add(name, "elementwise", "heads", [qkv], (rows, cols // 3), heads=heads)
+        return self._add(name, "elementwise", "heads", [qkv], (rows, cols // 3), heads=heads,
+                         dims=(self._dim(qkv), "H"))
 
     def sum(self, name: str, x: str) -> str:
-        return self._add(name, "reduction", "sum", [x], (self.shapes.get(x, (0, 0))[0], 1))
+        return self._add(name, "reduction", "sum", [x], (self.shapes.get(x, (0, 0))[0], 1),
+                         dims=(self._dim(x), "1"))
 
     def graph(self) -> Graph:
         if not self.ops:
             raise ArgumentError("the graph has no ops; add at least one.")
-        return Graph(tuple(self.ops), self.inputs, self.dtype)
+        return Graph(tuple(self.ops), self.inputs, self.dtype,
+                     {k: self.dims[k] for k in self.inputs})
 
 
 def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype="float32") -> Graph:
@@ -179,9 +212,9 @@ def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype="float32") -> 
     g = Builder(dtype, x=(batch, hidden))
     x = "x"
     for i in range(1, layers + 1):
-        h = g.matmul(f"w1.{i}", x, ffn)
+        h = g.matmul(f"w1.{i}", x, ffn, "F" if ffn != hidden else "H", "W_1")
         a = g.gelu(f"gelu.{i}", h)
-        x = g.matmul(f"w2.{i}", a, hidden)
+        x = g.matmul(f"w2.{i}", a, hidden, "H", "W_2")
     return g.graph()
 
 
@@ -201,9 +234,10 @@ def transformer(tokens: int, hidden: int, ffn: int, heads: int, layers: int = 1,
     g = Builder(dtype, x=(tokens, hidden))
     x = "x"
     for i in range(1, layers + 1):
-        qkv = g.matmul(f"qkv.{i}", x, 3 * hidden)
+        qkv = g.matmul(f"qkv.{i}", x, 3 * hidden, "Q", "W_QKV")  # Q = 3H columns
         att = g.heads(f"attn.{i}", qkv, heads)
-        x = g.add(f"res1.{i}", x, g.matmul(f"out.{i}", att, hidden))
-        h = g.gelu(f"gelu.{i}", g.matmul(f"w1.{i}", x, ffn))
-        x = g.add(f"res2.{i}", x, g.matmul(f"w2.{i}", h, hidden))
+        x = g.add(f"res1.{i}", x, g.matmul(f"out.{i}", att, hidden, "H", "W_O"))
+        h = g.gelu(f"gelu.{i}", g.matmul(f"w1.{i}", x, ffn, "F" if ffn != hidden else "H",
+                                         "W_1"))
+        x = g.add(f"res2.{i}", x, g.matmul(f"w2.{i}", h, hidden, "H", "W_2"))
     return g.graph()

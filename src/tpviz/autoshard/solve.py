@@ -26,33 +26,30 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from tpviz.autoshard.graph import Graph, Op
 from tpviz.autoshard.strategies import Strategy, reshard, strategies
 from tpviz.core import cost
+from tpviz.core import validate as check
 from tpviz.core.collectives import Collectives
-from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError
+from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError, SolverError
 
 
 def system_of(system) -> cost.System:
-    """A :class:`tpviz.core.cost.System`, or the name of one in ``cost.SYSTEMS``."""
+    """A :class:`tpviz.core.cost.System`, or the name of one in ``cost.SYSTEMS``.
+
+    Raises:
+        ArgumentTypeError: neither a name nor a System.
+        ArgumentError: a name that is not in ``cost.SYSTEMS``.
+    """
     if isinstance(system, cost.System):
         return system
-    if isinstance(system, str) and system in cost.SYSTEMS:
-        return cost.SYSTEMS[system]
-    if isinstance(system, str):
-        raise ArgumentError(f"unknown system {system!r}; use one of {list(cost.SYSTEMS)} or a "
-                            "tpviz.core.cost.System.")
-    raise ArgumentTypeError(f"system must be a name or a tpviz.core.cost.System, got {system!r}.")
+    check.instance("system", system, str, "a name in tpviz.core.cost.SYSTEMS or a "
+                   "tpviz.core.cost.System")
+    return cost.SYSTEMS[check.choice("system", system, cost.SYSTEMS)]
 
 
 def _mesh(mesh_shape) -> dict[str, int]:
-    if hasattr(mesh_shape, "axis_names"):
-        mesh_shape = dict(mesh_shape.shape)
-    if not isinstance(mesh_shape, dict) or not mesh_shape:
-        raise ArgumentTypeError(f"mesh_shape maps axis names to sizes, e.g. {{'X': 2, 'Y': 4}}; "
-                                f"got {mesh_shape!r}.")
-    for a, n in mesh_shape.items():
-        if not isinstance(a, str) or not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ShardingError(f"mesh axis {a!r} has size {n!r}; use string names and positive "
-                                "integer sizes.")
-    return dict(mesh_shape)
+    shape = check.mesh_shape("mesh_shape", mesh_shape)
+    if not shape:
+        raise ArgumentError("mesh_shape has no axes; give at least one, e.g. {'X': 8}.")
+    return shape
 
 
 @dataclass(frozen=True)
@@ -156,11 +153,8 @@ def solution(p: Problem, choice) -> Solution:
 def _limit(memory_limit):
     if memory_limit is None:
         return math.inf
-    if isinstance(memory_limit, bool) or not isinstance(memory_limit, int | float) or not (
-            memory_limit > 0):
-        raise ArgumentError(f"memory_limit is bytes per device (a positive number) or None, got "
-                            f"{memory_limit!r}.")
-    return float(memory_limit)
+    return check.number("memory_limit", memory_limit, positive=True,
+                        fix="It is bytes per device (or None for no limit).")
 
 
 def _infeasible(p: Problem, limit: float) -> ShardingError:
@@ -234,8 +228,13 @@ def solve_problem(p: Problem, memory_limit=None) -> Solution:
     integrality[:n_s] = 1  # s binary; e continuous (forced by the equalities)
     res = milp(c, constraints=LinearConstraint(a, lo, hi), integrality=integrality,
                bounds=Bounds(0, 1), options={"mip_rel_gap": 1e-9})
-    if res.x is None:
+    if res.status == 2:  # HiGHS proved that no choice satisfies the constraints
         raise _infeasible(p, limit)
+    if res.status != 0 or res.x is None:  # 1: time or iteration limit; 3, 4: solver trouble
+        what = ("reached its time or iteration limit" if res.status == 1 else
+                "stopped without a solution")
+        raise SolverError(f"the ILP solver {what} (status {res.status}: {res.message}); no "
+                           "proven optimum to report. Try fewer ops or a smaller mesh.")
     choice = [int(np.argmax(res.x[starts[v]:starts[v + 1]])) for v in range(len(sizes))]
     return solution(p, choice)
 

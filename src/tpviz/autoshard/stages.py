@@ -1,25 +1,30 @@
 """The inter-op pass: contiguous stages × submeshes by dynamic programming (Alpa, §5.2).
 
-A pipeline of stages with per-microbatch times ``t_1 … t_S`` runs ``B`` microbatches in
-``T = Σ t_i + (B − 1) · max t_i``: the first microbatch passes every stage once, the others
-follow at the pace of the slowest. Alpa enumerates the slowest time ``t_max`` and, for each,
-finds the least ``Σ t_i`` by dynamic programming over (first layer left, devices left)::
+A pipeline of ``p`` stages with per-microbatch times ``t_1 … t_p`` runs ``m`` microbatches in
+``T_pipe = Σ t_i + (m − 1) · max t_i``: the first microbatch passes every stage once, the
+others follow at the pace of the slowest. Alpa enumerates the slowest time ``t_max`` and, for
+each, finds the least ``Σ t_i`` by dynamic programming over (first layer left ``l``, devices
+left ``n``)::
 
-    F(k, d) = min over j > k and submesh s with t(k, j, s) ≤ t_max of
-              t(k, j, s) + F(j, d − |s|),        F(K, 0) = 0
+    G(l, n) = min over l' > l and submesh s with t(l, l', s) ≤ t_max of
+              t(l, l', s) + G(l', n − |s|),        G(L, 0) = 0
 
-then ``T* = min over t_max of F(0, D) + (B − 1) · t_max``. The stages' submeshes must use all
-``D`` devices. With one submesh shape and layers that scale perfectly, ``Σ t_i`` is fixed and
-the best split is the most balanced one: :func:`tpviz.pipeline.plan.balance`.
+then ``T_pipe* = min over t_max of G(0, N) + (m − 1) · t_max``, for ``L`` layers on ``N``
+devices. Only the device count is enforced: the submeshes use exactly ``N`` devices together,
+but whether they tile an actual cluster of nodes × devices (as Alpa requires, with submeshes
+``(1, 2^i)`` inside a node or ``(n, M)`` of whole nodes) is not checked. With one submesh shape
+and layers that scale perfectly, ``Σ t_i`` is fixed and the best split is the most balanced
+one: :func:`tpviz.pipeline.plan.balance`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tpviz.errors import ArgumentError
+from tpviz.core import validate as check
+from tpviz.errors import ArgumentError, ArgumentTypeError
 from tpviz.pipeline.plan import balance
 
 
@@ -35,49 +40,59 @@ class Stages:
 
     @property
     def latency(self) -> float:
-        """``Σ t_i + (B − 1) · max t_i``: seconds for all microbatches."""
+        """``Σ t_i + (m − 1) · max t_i``: seconds for all microbatches."""
         return sum(self.times) + (self.microbatches - 1) * max(self.times)
 
 
 def _shape(s) -> tuple[int, ...]:
-    shape = (s,) if isinstance(s, int) and not isinstance(s, bool) else s
-    if not isinstance(shape, tuple) or not shape or any(
-            not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in shape):
-        raise ArgumentError(f"a submesh is a device count or a shape such as (1, 2), got {s!r}.")
-    return shape
+    if isinstance(s, tuple) and s:
+        return tuple(check.integer("a submesh's size", n) for n in s)
+    try:
+        return (check.integer("a submesh", s),)
+    except (ArgumentError, ArgumentTypeError):
+        raise ArgumentError(f"a submesh is a device count or a shape such as (1, 2), got "
+                            f"{s!r}.") from None
+
+
+def _costs(name: str, values) -> list[float]:
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ArgumentTypeError(f"{name} must be a sequence of seconds per layer (or a mapping "
+                                f"submesh -> sequence), got {type(values).__name__} "
+                                f"{values!r}.")
+    return [check.number(f"{name}[{i}]", c, minimum=0) for i, c in enumerate(values)]
 
 
 def _table(layer_costs, submeshes) -> dict[tuple[int, ...], list[float]]:
     """Per submesh, every layer's seconds on it."""
     if isinstance(layer_costs, Mapping):
-        costs = {_shape(k): [float(c) for c in v] for k, v in layer_costs.items()}
+        costs = {_shape(k): _costs(f"layer_costs[{k!r}]", v) for k, v in layer_costs.items()}
         missing = [s for s in submeshes if s not in costs]
         if missing:
             raise ArgumentError(f"layer_costs has no costs for submeshes {missing}; give a "
                                 "sequence of per-layer seconds for each submesh.")
         costs = {s: costs[s] for s in submeshes}
     else:  # seconds on one device; a submesh of n devices takes 1/n of that
-        base = [float(c) for c in layer_costs]
+        base = _costs("layer_costs", layer_costs)
         costs = {s: [c / math.prod(s) for c in base] for s in submeshes}
     lengths = {len(v) for v in costs.values()}
     if len(lengths) != 1 or 0 in lengths:
         raise ArgumentError("every submesh needs a cost for each of the same (non-zero) number "
                             "of layers.")
-    if any(c < 0 or math.isnan(c) for v in costs.values() for c in v):
-        raise ArgumentError("layer costs must be non-negative numbers.")
     return costs
 
 
 def _check(devices, microbatches, submeshes):
-    for name, v in (("devices", devices), ("microbatches", microbatches)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ArgumentError(f"{name} must be a positive integer, got {v!r}.")
+    devices = check.integer("devices", devices)
+    microbatches = check.integer("microbatches", microbatches)
     if isinstance(submeshes, int | tuple):
         submeshes = [submeshes]
+    if isinstance(submeshes, str) or not isinstance(submeshes, Iterable):
+        raise ArgumentTypeError(f"submeshes must be a list of device counts or shapes such as "
+                                f"[(1, 1), (1, 2)], got {submeshes!r}.")
     found = list(dict.fromkeys(_shape(s) for s in submeshes))
     if not found:
         raise ArgumentError("give at least one submesh shape.")
-    return found
+    return devices, microbatches, found
 
 
 def _none(devices, sizes) -> ArgumentError:
@@ -86,20 +101,21 @@ def _none(devices, sizes) -> ArgumentError:
 
 
 def stages(layer_costs, devices: int, microbatches: int, submeshes) -> Stages:
-    """Contiguous stages and a submesh for each, minimising ``Σ t_i + (B − 1) · max t_i``.
+    """Contiguous stages and a submesh for each, minimising ``Σ t_i + (m − 1) · max t_i``.
 
     Args:
         layer_costs: seconds per microbatch of each layer, either one sequence (on one device;
             ``n`` devices take ``1/n`` of it) or a mapping submesh → sequence.
-        devices: D, the devices the stages must use together.
-        microbatches: B.
+        devices: N, the devices the stages must use together (only their count is checked, not
+            that the submeshes tile a nodes × devices cluster).
+        microbatches: m.
         submeshes: the submesh shapes (or device counts) a stage may take, e.g. ``[(1, 1),
             (1, 2), (2, 2)]``.
 
     Raises:
         ArgumentError: bad sizes or costs, or no split that uses exactly ``devices``.
     """
-    shapes = _check(devices, microbatches, submeshes)
+    devices, microbatches, shapes = _check(devices, microbatches, submeshes)
     costs = _table(layer_costs, shapes)
     k = len(next(iter(costs.values())))
     if len(shapes) == 1 and not isinstance(layer_costs, Mapping):
@@ -168,7 +184,7 @@ def _dp(t, k, devices, shapes, t_max):
 
 def brute_stages(layer_costs, devices: int, microbatches: int, submeshes) -> Stages:
     """Every contiguous split × submesh assignment using exactly ``devices`` (small cases)."""
-    shapes = _check(devices, microbatches, submeshes)
+    devices, microbatches, shapes = _check(devices, microbatches, submeshes)
     costs = _table(layer_costs, shapes)
     k = len(next(iter(costs.values())))
     best, best_value = None, math.inf

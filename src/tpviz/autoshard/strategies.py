@@ -2,14 +2,17 @@
 
 A strategy puts each mesh axis on one dimension of the op, or on none (replicated along it):
 
-- matmul ``Y[B, F] = X[B, D] · W[D, F]``: each axis splits B, D, F or nothing (4^k strategies
-  on a k-axis mesh). A training step runs three matmuls, each contracting one of the three
-  dimensions: ``Y = X W`` contracts D, ``dX = dY Wᵀ`` contracts F, ``dW = Xᵀ dY`` contracts
-  B. Sharding the contracted dimension leaves partial sums, so each costs an all-reduce of its
-  result (case 3 of the sharded-matmul chapter): D sharded → all-reduce Y (Megatron's
-  row-parallel ``g``), F sharded → all-reduce dX (column-parallel's ``f``), B sharded →
+- matmul ``Out[B, F] = In[B, D] · W[D, F]`` (written here with generic letters; a strategy's
+  notation names the dimensions after the op's real shape, e.g. ``In[B, F] · W_2[F, H]`` for
+  the MLP's second matmul): each axis splits B, D, F or nothing (4^k strategies on a k-axis
+  mesh). A training step runs three matmuls, each contracting one of the three dimensions:
+  ``Out = In W`` contracts D, ``dIn = dOut Wᵀ`` contracts F, ``dW = Inᵀ dOut`` contracts B.
+  Sharding the contracted dimension leaves partial sums, so each costs an all-reduce of its
+  result (case 3 of the sharded-matmul chapter): D sharded → all-reduce Out (Megatron's
+  row-parallel ``g``), F sharded → all-reduce dIn (column-parallel's ``f``), B sharded →
   all-reduce dW (data parallelism). :func:`tpviz.matmul.plan` plans each of the three;
-- element-wise ops follow their input: any layout of ``[B, H]``, no communication;
+- element-wise ops follow their input: any layout of their ``[B, H]`` or ``[B, F]``, no
+  communication;
 - a sum over the columns: columns sharded → each device holds a partial sum, all-reduce it.
 
 An edge whose producer leaves a layout its consumer does not want costs a resharding: per mesh
@@ -39,7 +42,7 @@ class Strategy:
     """One way to run one op.
 
     Attributes:
-        notation: the sharding in the book's notation, e.g. ``"X[B, D] · W[D, F_X]"``.
+        notation: the sharding in the book's notation, e.g. ``"In[B, H] · W_1[H, F_X]"``.
         in_specs: the layout it needs for each input.
         out_spec: the layout of its output.
         weight_spec: a matmul's weight layout (None otherwise).
@@ -92,17 +95,18 @@ def _matmul(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
         e = {k: (None if not v else v[0] if len(v) == 1 else v) for k, v in ax.items()}
         try:
             fwd = matmul.plan((b, d), (d, f), P(e["B"], e["D"]), P(e["D"], e["F"]), mesh_shape,
-                              dtype=dtype)  # Y = X W, contracts D
+                              dtype=dtype)  # Out = In W, contracts D
             dx = matmul.plan((b, f), (f, d), P(e["B"], e["F"]), P(e["F"], e["D"]), mesh_shape,
-                             dtype=dtype)  # dX = dY Wᵀ, contracts F
+                             dtype=dtype)  # dIn = dOut Wᵀ, contracts F
             dw = matmul.plan((d, b), (b, f), P(e["D"], e["B"]), P(e["B"], e["F"]), mesh_shape,
                              dtype=dtype)  # dW = Xᵀ dY, contracts B
         except ShardingError:
             continue
         x_spec, w_spec, y_spec = P(e["B"], e["D"]), P(e["D"], e["F"]), P(e["B"], e["F"])
-        named = [_named(c, w) for c, w in ((fwd, "Y"), (dx, "dX"), (dw, "dW"))]
-        notation = (f"{to_notation(x_spec, 'X', ('B', 'D'))} · "
-                    f"{to_notation(w_spec, 'W', ('D', 'F'))}")
+        named = [_named(c, w) for c, w in ((fwd, "Out"), (dx, "dIn"), (dw, "dW"))]
+        din, dout = op.dims
+        notation = (f"{to_notation(x_spec, 'In', ('B', din))} · "
+                    f"{to_notation(w_spec, op.weight_name, (din, dout))}")
         memory = 2 * _block_bytes((d, f), w_spec, mesh_shape, size) + _block_bytes(
             op.shape, y_spec, mesh_shape, size)
         found.append(Strategy(notation, (x_spec,), y_spec, w_spec,
@@ -130,7 +134,8 @@ def _elementwise(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
         except ShardingError:
             continue
         local = math.prod(layout.shard_shape(op.shape, spec, mesh_shape))
-        found.append(Strategy(to_notation(spec, "A", ("B", "H")), (in_spec,) * len(op.inputs),
+        found.append(Strategy(to_notation(spec, "A", ("B", op.dims[1])),
+                              (in_spec,) * len(op.inputs),
                               spec, None, 3 * local, (), (), local * size))
     return found
 
@@ -145,14 +150,15 @@ def _reduction(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
         fwd = (Collective("all-reduce", math.prod(block) * size, n, dtype, block, axes_of(cols),
                           what="partial sums over the columns"),) if n > 1 else ()
         local = math.prod(layout.shard_shape(op.in_shapes[0], spec, mesh_shape))
-        found.append(Strategy(f"{to_notation(spec, 'A', ('B', 'H'))} → sum over H",
+        found.append(Strategy(f"{to_notation(spec, 'A', ('B', op.dims[0]))} → sum over "
+                              f"{op.dims[0]}",
                               (spec,), out, None, 2 * local, fwd, (), math.prod(block) * size))
     return found
 
 
 def _input(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
     """A graph input read by several ops: any layout, delivered by the data loader for free."""
-    return [Strategy(to_notation(spec, "A", ("B", "H")), (), spec, None, 0, (), (),
+    return [Strategy(to_notation(spec, "A", ("B", op.dims[1])), (), spec, None, 0, (), (),
                      _block_bytes(op.shape, spec, mesh_shape, size))
             for spec in layouts(op.shape, mesh_shape)]
 

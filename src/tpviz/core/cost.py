@@ -86,8 +86,17 @@ class Estimate:
         return self.compute_s + self.comm_s
 
 
+def bandwidth_for(system: System, group_size: int) -> float:
+    """W for a collective over ``group_size`` devices: the fast link when the group fits in one
+    node (or the system has no nodes), else the slower link between nodes, which a ring over
+    several nodes must cross."""
+    if system.node and group_size > system.node and system.between_nodes:
+        return system.between_nodes
+    return system.bandwidth
+
+
 def estimate(flops: float, collectives, system: System) -> Estimate:
     """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each at
-    the system's bandwidth and latency."""
-    comm = sum(c.time(system.bandwidth, system.latency) for c in collectives)
+    the system's latency and the bandwidth of its group (:func:`bandwidth_for`)."""
+    comm = sum(c.time(bandwidth_for(system, c.group_size), system.latency) for c in collectives)
     return Estimate(flops / system.flops, comm)

@@ -9,28 +9,36 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import compiled
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number, mesh_1d
-from tpviz.moe.plan import aux_loss, capacity, keep, route, skewed_logits, softmax, top_k
+from tpviz.core import compiled, validate
+from tpviz.core.exercises import (
+    Wrong,
+    as_number,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    mesh_1d,
+)
+from tpviz.errors import TpvizError
+from tpviz.moe.plan import AXIS, aux_loss, capacity, keep, route, skewed_logits, softmax, top_k
 
-AXIS = "expert"
 # Exercise 7.2 and 7.3: 8 tokens, top-2 of 4 experts; row t = token t's (first, second) choice
 CHOICES = np.array([[0, 1], [0, 2], [1, 0], [0, 3], [0, 1], [2, 0], [0, 1], [3, 0]])
 
 
 @checker("Capacity")
 def check_capacity(answer) -> str:
-    """C for a group of T = 1,000 tokens, E = 16 experts, top-2, capacity factor 1.1."""
+    """C for a group of T_g = 1,000 tokens, E = 16 experts, top-2, capacity factor 1.1."""
     exact = 2 * 1000 * 1.1 / 16  # 137.5
     if isinstance(answer, float) and not answer.is_integer():
         raise Wrong(f"{answer} is not a whole number of slots.", "Round the slots up: ⌈...⌉.")
     if answer == math.floor(exact):
-        raise Wrong("that rounds down: the average load would not fit.", "C = ⌈k·T·cf / E⌉.")
+        raise Wrong("that rounds down: the average load would not fit.", "C = ⌈k·T_g·c_f / E⌉.")
     if answer == math.ceil(1000 * 1.1 / 16):
         raise Wrong("that counts one choice per token.", "Each token makes k choices.")
     if answer == math.ceil(2 * 1000 / 16):
-        raise Wrong("that leaves out the capacity factor.", "Multiply the average load by cf.")
-    expect_number(answer, capacity(1000, 16, 2, 1.1), hint="C = ⌈k·T·cf / E⌉.")
+        raise Wrong("that leaves out the capacity factor.", "Multiply the average load by c_f.")
+    expect_number(answer, capacity(1000, 16, 2, 1.1), hint="C = ⌈k·T_g·c_f / E⌉.")
     return "138 slots per expert: 2,208 in all for 2,000 choices, 10% spare."
 
 
@@ -78,7 +86,7 @@ def check_keep(fn) -> str:
 
 @checker("The load-balancing loss")
 def check_aux_loss(fn) -> str:
-    """``fn(probs[T, E], experts[T, k], alpha)`` -> Switch's α·E·Σ f_i·P_i."""
+    """``fn(probs[T, E], experts[T, k], weight)`` -> Switch's λ·E·Σ f_i·P_i (λ = ``weight``)."""
     rng = np.random.default_rng(1)
     for t, e, k in ((32, 4, 1), (64, 8, 2), (30, 6, 3)):
         logits = rng.standard_normal((t, e)) + np.linspace(2, 0, e)
@@ -88,14 +96,14 @@ def check_aux_loss(fn) -> str:
         if isinstance(got, int | float | np.number) and not isinstance(got, bool):
             if math.isclose(got, want / e, rel_tol=1e-6):
                 raise Wrong("the loss is E times too small.", "Multiply by the number of "
-                            "experts E, so that a balanced router gives α whatever E is.")
+                            "experts E, so that a balanced router gives λ whatever E is.")
             if k > 1 and math.isclose(got, want * k, rel_tol=1e-6):
                 raise Wrong(f"the loss is k = {k} times too large.",
                             "f_i is a fraction of the T·k choices: the f_i sum to 1.")
         expect_number(got, want, what=f"aux_loss for T={t}, E={e}, k={k}", rel=1e-6,
                       hint="f_i: fraction of the choices routed to expert i (counted, not "
                            "differentiable); P_i: mean router probability of expert i.")
-    return "a balanced router gives α; the gradient reaches the router through P."
+    return "a balanced router gives λ; the gradient reaches the router through P."
 
 
 @checker("Dispatch with all_to_all")
@@ -122,8 +130,8 @@ def check_dispatch(fn) -> str:
 
 @checker("All-to-all bytes per device")
 def check_all_to_all_bytes(answer) -> str:
-    """Bytes one device sends in one dispatch all-to-all: N = 8, E = 64, top-2, cf = 1.25,
-    S = 4,096 tokens per device, H = 4,096, bf16."""
+    """Bytes one device sends in one dispatch all-to-all: N = 8, E = 64, top-2, c_f = 1.25,
+    T_g = 4,096 tokens per device, H = 4,096, bf16."""
     n, e, k, cf, s, h = 8, 64, 2, 1.25, 4096, 4096
     buffer = e * capacity(s, e, k, cf) * h * 2
     if answer == buffer:
@@ -177,9 +185,14 @@ def check_design(experts, capacity_factor) -> str:
     """The most experts (a multiple of N, at most 256) that fit the memory budget with a
     capacity factor from :data:`DESIGN` keeping drops <= 1%, and the smallest such factor."""
     d = DESIGN
-    if not isinstance(experts, int | np.integer) or experts < 1 or experts % d["devices"]:
-        raise Wrong(f"E = {experts!r} does not split over {d['devices']} devices.",
+    try:
+        experts = validate.integer("experts", experts)
+    except TpvizError as e:
+        raise Wrong(str(e), "E counts whole experts: an int such as 64.") from None
+    if experts % d["devices"]:
+        raise Wrong(f"E = {experts} does not split over {d['devices']} devices.",
                     "Each device holds E/N whole experts.")
+    capacity_factor = as_number(capacity_factor, "the capacity factor")
     if capacity_factor not in d["factors"]:
         raise Wrong(f"choose the capacity factor from {d['factors']}.")
     memory = design_memory(experts, capacity_factor)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.core.collectives import html_table
-from tpviz.core.cost import SYSTEMS
+from tpviz.core.cost import SYSTEMS, bandwidth_for
 from tpviz.core.layout import dtype_size
+from tpviz.core.validate import choice, number
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.moe.draw import load
 from tpviz.moe.plan import aux_loss, plan, route, skewed_logits
@@ -18,15 +19,20 @@ def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
                dtype: str = "bf16") -> tuple[str, Figure]:
     """A table (capacity, drops, aux loss, bytes and time per layer) and the load per expert of
     a synthetic router (:func:`tpviz.moe.plan.skewed_logits`) on ``tokens`` tokens."""
+    system = choice("system", system, SYSTEMS)
+    skew = number("skew", skew)
     p = plan(tokens, experts, top_k, capacity_factor, devices, hidden, ffn, dtype)
     r = route(skewed_logits(tokens, experts, skew), top_k, capacity_factor, devices)
     estimate = p.time(SYSTEMS[system])
     a2a, tp = p.collectives(), p.tensor_parallel_collectives()
     mib, size = 2**20, dtype_size(dtype)
+    node = SYSTEMS[system].node
+    links = (f" (the group spans {devices // node} nodes of {node})" if node and devices > node
+             else "")
     rows = [("capacity C per expert and group", f"{p.capacity:,} (groups of {p.group_tokens:,}"
              f" tokens)"),
             ("choices dropped", f"{r.dropped:.1%}"),
-            ("load-balancing loss α·E·Σ f·P", f"{aux_loss(r.probs, r.experts):.4f} "
+            ("load-balancing loss λ·E·Σ f·P", f"{aux_loss(r.probs, r.experts):.4f} "
              "(balanced: 0.0100)"),
             ("expert weights per device", f"{p.expert_params_per_device * size / mib:,.0f} MiB "
              f"({p.experts_per_device} experts)"),
@@ -34,7 +40,9 @@ def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
             ("sent per device, forward (2 all-to-alls)", f"{a2a.sent_bytes() / mib:,.1f} MiB"),
             ("same FFN tensor-parallel: all-reduce sends", f"{tp.sent_bytes() / mib:,.1f} MiB"),
             (f"forward time on {system}", f"compute {estimate.compute_s * 1e3:,.2f} ms, "
-             f"all-to-alls {estimate.comm_s * 1e3:,.2f} ms ({estimate.bound}-bound)")]
+             f"all-to-alls {estimate.comm_s * 1e3:,.2f} ms ({estimate.bound}-bound)"),
+            ("all-to-all link", f"{bandwidth_for(SYSTEMS[system], devices) / 1e9:,.0f} GB/s "
+             f"per device{links}")]
     fig = load(r, devices)
     return html_table(("", f"T = {tokens:,}, H = {hidden:,}, F = {ffn:,}, {dtype}"), rows), fig
 

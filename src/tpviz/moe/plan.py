@@ -3,10 +3,11 @@
 The layer (GShard, Switch): a router ``W_r[H, E]`` gives each token ``x`` gate logits
 ``x W_r``; the token goes to its top-k experts, and the layer returns
 ``y = x + Σ_j g_j · FFN_{e_j}(x)`` over the kept choices ``e_j`` (a dropped choice adds nothing:
-the token passes through the residual). Tokens are split into groups of ``S`` tokens, one group
-per device (GShard's G, data-parallel); each expert takes at most
+the token passes through the residual). The T tokens of a step are split into groups of
+``T_g = T/N`` tokens, one group per device (GShard's G groups of S tokens; S is the sequence
+length in this book); each expert takes at most
 
-    C = ⌈k · S · cf / E⌉ tokens of a group (cf = the capacity factor).
+    C = ⌈k · T_g · c_f / E⌉ tokens of a group (c_f = the capacity factor).
 
 Choices beyond C are dropped, in GShard's order: all first choices before any second choice,
 and within one choice by token position. With experts split over N devices (E/N each), a device
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpviz.core import cost, layout
+from tpviz.core import validate as check
 from tpviz.core.collectives import Collective, Collectives
 from tpviz.errors import ArgumentError, ShardingError
 
@@ -31,29 +33,23 @@ AXIS = "expert"
 ORDERS = ("before", "after")  # softmax before or after top-k
 
 
-def _positive_int(name: str, value) -> None:
-    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
-        raise ArgumentError(f"{name} must be a positive integer, got {value!r}.")
-
-
 def validate(tokens: int, experts: int, top_k: int, capacity_factor: float,
              devices: int = 1) -> None:
     """Raise a clear error for sizes that do not make an expert-parallel MoE layer.
 
     Raises:
-        ArgumentError: a size that is not a positive integer, k > E, or cf <= 0.
+        ArgumentTypeError: a size that is not an integer, or c_f not a number.
+        ArgumentError: a size that is not positive, k > E, or c_f <= 0.
         ShardingError: E or the tokens not divisible by the devices.
     """
     for name, value in (("tokens", tokens), ("experts", experts), ("top_k", top_k),
                         ("devices", devices)):
-        _positive_int(name, value)
+        check.integer(name, value)
     if top_k > experts:
         raise ArgumentError(f"top_k={top_k} is more than the {experts} experts: a token cannot "
                             f"pick more experts than there are. Use top_k <= {experts}.")
-    if not isinstance(capacity_factor, int | float | np.number) or isinstance(
-            capacity_factor, bool) or not capacity_factor > 0 or math.isinf(capacity_factor):
-        raise ArgumentError(f"capacity_factor must be a number > 0 (1.0 = exactly the average "
-                            f"load, 1.25 is common), got {capacity_factor!r}.")
+    check.number("capacity_factor", capacity_factor, positive=True,
+                 fix="1.0 = exactly the average load, 1.25 is common.")
     if experts % devices:
         raise ShardingError(f"{experts} experts do not split over {devices} devices: each device "
                             f"holds E/N whole experts. Use a number of experts divisible by "
@@ -63,8 +59,25 @@ def validate(tokens: int, experts: int, top_k: int, capacity_factor: float,
                             f"T/N tokens each). Use a multiple of {devices}.")
 
 
+def _logits(logits) -> np.ndarray:
+    """``logits`` as a 2-D array ``[T, E]``."""
+    logits = np.asarray(logits)
+    if logits.ndim != 2:
+        raise ArgumentError(f"logits must be a 2-D array [tokens, experts], got shape "
+                            f"{logits.shape}. For one token use logits[None, :].")
+    return logits
+
+
+def _groups(tokens: int, groups) -> int:
+    groups = check.integer("groups", groups)
+    if tokens % groups:
+        raise ShardingError(f"{tokens} tokens do not split into {groups} groups.")
+    return groups
+
+
 def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
-    """C = ⌈k · T · cf / E⌉: the most tokens one expert takes from a group of ``tokens``.
+    """C = ⌈k · T_g · c_f / E⌉: the most tokens one expert takes from a group of ``tokens``
+    (T_g).
 
     Example:
         >>> capacity(tokens=64, experts=8, top_k=2, capacity_factor=1.25)
@@ -121,7 +134,7 @@ def top_k(logits: np.ndarray, k: int, order: str = "before",
     """
     if order not in ORDERS:
         raise ArgumentError(f"order={order!r}: use 'before' (softmax, then top-k) or 'after'.")
-    logits = np.asarray(logits)
+    logits = _logits(logits)
     validate(logits.shape[0], logits.shape[1], k, 1.0)
     part = np.argpartition(-logits, k - 1, axis=1)[:, :k] if k < logits.shape[1] else \
         np.broadcast_to(np.arange(k), logits.shape).copy()
@@ -138,9 +151,13 @@ def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) 
     """Which choices fit: per group, expert e takes choices in GShard's order (every first
     choice by token position, then every second choice, ...) until it holds ``capacity``."""
     experts = np.asarray(experts)
+    if experts.ndim != 2:
+        raise ArgumentError(f"experts must be a 2-D array [tokens, k], got shape "
+                            f"{experts.shape}.")
     t, k = experts.shape
-    if t % groups:
-        raise ShardingError(f"{t} tokens do not split into {groups} groups.")
+    num_experts = check.integer("num_experts", num_experts)
+    capacity = check.integer("capacity", capacity, minimum=0)
+    groups = _groups(t, groups)
     s = t // groups
     # each group's choices in GShard's order (choice-major), as one key per (group, expert)
     key = (experts.reshape(groups, s, k).transpose(0, 2, 1)
@@ -155,28 +172,30 @@ def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) 
 def route(logits: np.ndarray, top_k_: int, capacity_factor: float, groups: int = 1,
           order: str = "before") -> Routing:
     """Top-k choices, gates and the GShard drop rule for ``logits[T, E]`` split into groups."""
-    logits = np.asarray(logits)
+    logits = _logits(logits)
     t, e = logits.shape
     validate(t, e, top_k_, capacity_factor, 1)
-    if t % groups:
-        raise ShardingError(f"{t} tokens do not split into {groups} groups.")
+    groups = _groups(t, groups)
     c = capacity(t // groups, e, top_k_, capacity_factor)
     probs = softmax(logits)
     experts, gates = top_k(logits, top_k_, order, probs)
     return Routing(experts, gates, keep(experts, e, c, groups), probs, c, groups)
 
 
-def aux_loss(probs: np.ndarray, experts: np.ndarray, alpha: float = 0.01) -> float:
-    """Switch's load-balancing loss α · E · Σ_i f_i · P_i.
+def aux_loss(probs: np.ndarray, experts: np.ndarray, weight: float = 0.01) -> float:
+    """Switch's load-balancing loss λ · E · Σ_i f_i · P_i (λ = ``weight``; α is latency here).
 
     ``f_i``: the fraction of the T·k token-choices routed to expert i (before dropping; for k = 1
-    Switch's fraction of tokens); ``P_i``: the router's mean probability for expert i. A uniform
-    router and load give α, its minimum; all tokens on one expert give α·E.
+    Switch's fraction of tokens), so Σ f_i = 1; ``P_i``: the router's mean probability for
+    expert i. A uniform router and load give λ, its minimum. With k = 1, all tokens on one
+    expert give λ·E, the maximum; with top-k each expert holds at most 1/k of the choices
+    (f_i ≤ 1/k), so the maximum is lower. Some libraries (Hugging Face's Mixtral) count f_i as
+    a fraction of the tokens instead, Σ f_i = k, which multiplies the loss by k: minimum λ·k.
     """
     probs, experts = np.asarray(probs, np.float64), np.asarray(experts)
     e = probs.shape[1]
     f = np.bincount(experts.ravel(), minlength=e) / experts.size
-    return float(alpha * e * np.sum(f * probs.mean(0)))
+    return float(weight * e * np.sum(f * probs.mean(0)))
 
 
 def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: int = 0) -> np.ndarray:
@@ -201,12 +220,12 @@ class Plan:
     tokens: int  # T, the whole batch
     experts: int  # E
     top_k: int  # k
-    capacity_factor: float  # cf
+    capacity_factor: float  # c_f
     devices: int  # N
     hidden: int  # H
     ffn: int  # F, one expert's width
     dtype: str
-    group_tokens: int  # S = T / N, one device's group
+    group_tokens: int  # T_g = T / N, one device's group
     capacity: int  # C per expert and group
     shapes: dict  # name -> per-device shape
     expert_params_per_device: int  # 2 · (E/N) · H · F
@@ -233,7 +252,7 @@ class Plan:
 
     @property
     def flops_per_device(self) -> float:
-        """Forward FLOPs of one device: the router on its S tokens, and its E/N experts on the
+        """Forward FLOPs of one device: the router on its T_g tokens, and its E/N experts on the
         N·C slots each (two matmuls of 2·H·F per slot; empty slots are computed too)."""
         slots = self.experts_per_device * self.devices * self.capacity
         return 2 * self.group_tokens * self.hidden * self.experts + 4 * slots * self.hidden * \
@@ -249,12 +268,12 @@ def plan(tokens: int, experts: int, top_k: int, capacity_factor: float, devices:
     """Per-device shapes and bytes of an expert-parallel MoE layer.
 
     Raises:
-        ArgumentError: a size that is not a positive integer, k > E, or cf <= 0.
+        ArgumentError: a size that is not a positive integer, k > E, or c_f <= 0.
         ShardingError: E or T not divisible by the devices.
     """
     validate(tokens, experts, top_k, capacity_factor, devices)
-    _positive_int("hidden", hidden)
-    _positive_int("ffn", ffn)
+    hidden, ffn = check.integer("hidden", hidden), check.integer("ffn", ffn)
+    tokens, experts, top_k, devices = (int(v) for v in (tokens, experts, top_k, devices))
     s, local = tokens // devices, experts // devices
     c = capacity(s, experts, top_k, capacity_factor)
     shapes = {"x": (s, hidden), "router": (hidden, experts), "w_in": (local, hidden, ffn),
