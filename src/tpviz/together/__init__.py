@@ -6,9 +6,11 @@ time and MFU of a (t, p, d, b, ZeRO, recompute) configuration), ``search`` (``be
 ``explore``, ``exercises``.
 """
 
+from tpviz.together import draw
+from tpviz.together.explore import explore_together, render_together
 from tpviz.together.memory import RECOMPUTE, TERMS, activation_bytes
 from tpviz.together.plan import CLUSTERS, MODELS, Cluster, Model, Plan, plan
 from tpviz.together.search import best, candidates
 
-__all__ = ["CLUSTERS", "MODELS", "RECOMPUTE", "TERMS", "Cluster", "Model", "Plan",
+__all__ = ["draw", "explore_together", "render_together", "CLUSTERS", "MODELS", "RECOMPUTE", "TERMS", "Cluster", "Model", "Plan",
            "activation_bytes", "best", "candidates", "plan"]
