@@ -3,8 +3,8 @@
 - :func:`check_run`: the (data, pipeline, tensor) training step's loss and gradients equal one
   device's, and its compiled collectives, grouped by mesh axis, are the planned ones;
 - :func:`measure_remat`: activation bytes per layer read from compiled programs (temp bytes of a
-  rolled loop over L and 2L layers: the difference is what L layers save) and FLOPs per layer
-  (``cost_analysis`` of unrolled programs), without and with ``jax.checkpoint``.
+  rolled loop over L and 2L layers: the difference is what L layers save) and the FLOPs of
+  recomputing a layer (``cost_analysis``), without and with ``jax.checkpoint``.
 """
 
 from __future__ import annotations
@@ -124,25 +124,22 @@ def check_run(mesh, cfg: Config = Config(), remat: bool = False) -> RunCheck:
 
 
 def measure_remat(cfg: Config, mode: str = "none") -> dict[str, float]:
-    """Per layer, from compiled single-device training steps: ``bytes`` saved for the backward
-    pass (temp bytes of a rolled loop of 2L layers minus L layers, over L) and ``flops``
-    (``cost_analysis`` of unrolled programs, the same difference). ``mode``: "none", "full"
+    """From compiled single-device training steps, rolled as a loop over the layers:
+    ``bytes``, the temp bytes each layer adds (programs of L and 2L layers, the difference over
+    L: what a layer saves for the backward pass), and ``flops``, the ``cost_analysis`` FLOPs of
+    the 2L-layer program, in which the loop body (one layer) counts once: the difference
+    between two modes is the recomputation of one layer. ``mode``: "none", "full"
     (``jax.checkpoint``) or "dots saved" (the policy that keeps matmul outputs)."""
     remat, policy = mode != "none", POLICIES[mode]
-    out = {}
-    for unroll, key in ((False, "bytes"), (True, "flops")):
-        values = []
-        for layers in (cfg.layers, 2 * cfg.layers):
-            one = Config(layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.seq, cfg.batch, 1)
-            params = init(one, 1)
-            tokens, targets = data(one)
-            program = compiled.compile_for(jax.grad(
-                lambda w, one=one, tokens=tokens, targets=targets: reference_loss(
-                    w, tokens, targets, one, remat, policy, unroll)), params)
-            if key == "bytes":
-                values.append(compiled.memory(program).temp)
-            else:
-                cost = program.cost_analysis()
-                values.append((cost[0] if isinstance(cost, list) else cost)["flops"])
-        out[key] = (values[1] - values[0]) / cfg.layers
-    return out
+    temps, flops = [], 0.0
+    for layers in (cfg.layers, 2 * cfg.layers):
+        one = Config(layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.seq, cfg.batch, 1)
+        params = init(one, 1)
+        tokens, targets = data(one)
+        program = compiled.compile_for(jax.grad(
+            lambda w, one=one, tokens=tokens, targets=targets: reference_loss(
+                w, tokens, targets, one, remat, policy, unroll=False)), params)
+        temps.append(compiled.memory(program).temp)
+        cost = program.cost_analysis()
+        flops = (cost[0] if isinstance(cost, list) else cost)["flops"]
+    return {"bytes": (temps[1] - temps[0]) / cfg.layers, "flops": flops}

@@ -64,7 +64,7 @@ def check_tensor_group(answer) -> str:
 
 
 @checker("The bubble of a 3D configuration")
-def check_bubble(answer) -> str:
+def check_3d_bubble(answer) -> str:
     """Bubble fraction of GPT-3 175B, batch 1536, t = 8, p = 8, d = 16, b = 1 (1F1B)."""
     got = as_number(answer)
     m = 1536 // (16 * 1)
@@ -95,7 +95,7 @@ def check_first_stage(answer) -> str:
 
 
 @checker("Design: GPT-3 13B on 64 GPUs")
-def check_design(config) -> str:
+def check_3d_design(config) -> str:
     """``config``: dict(t, p, d, microbatch, zero_stage, recompute, sequence_parallel) for
     GPT-3 13B on 64 A100 80GB GPUs; it must fit and be within 3% of the planner's best."""
     if not isinstance(config, dict):
