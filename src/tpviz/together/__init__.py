@@ -12,5 +12,19 @@ from tpviz.together.memory import RECOMPUTE, TERMS, activation_bytes
 from tpviz.together.plan import CLUSTERS, MODELS, Cluster, Model, Plan, plan
 from tpviz.together.search import best, candidates
 
-__all__ = ["draw", "explore_together", "render_together", "CLUSTERS", "MODELS", "RECOMPUTE", "TERMS", "Cluster", "Model", "Plan",
-           "activation_bytes", "best", "candidates", "plan"]
+__all__ = [
+           "CLUSTERS",
+           "MODELS",
+           "RECOMPUTE",
+           "TERMS",
+           "Cluster",
+           "Model",
+           "Plan",
+           "activation_bytes",
+           "best",
+           "candidates",
+           "draw",
+           "explore_together",
+           "plan",
+           "render_together",
+]

@@ -56,8 +56,8 @@ def planned(cfg: Config, mesh, remat: bool = False) -> dict[str, Collectives]:
     """The collectives the program should hold, per axis (float32, per device):
 
     - tensor: 2 all-reduces of ``[b, S, H]`` per layer and tick forward (g), 2 backward (f),
-      2 more with remat (the recomputed forward, as Megatron repeats them); every stage computes at every one of the
-      m + p - 1 ticks (SPMD: the bubble's ticks compute on zeros);
+      2 more with remat (the recomputed forward, as Megatron repeats them); every stage
+      computes at every one of the m + p - 1 ticks (SPMD: the bubble's ticks compute on zeros);
     - pipeline: a permute of ``[b, S, H]`` after every tick but the last, forward and back;
     - data: the gradients of the stage's blocks, all-reduced;
     - data+pipeline: the gradients of the replicated embedding and output layer (and the loss).
@@ -87,13 +87,14 @@ class RunCheck:
     memory: compiled.Memory
 
 
-def check_run(mesh, cfg: Config = Config(), remat: bool = False) -> RunCheck:
+def check_run(mesh, cfg: Config | None = None, remat: bool = False) -> RunCheck:
     """Train one step on ``mesh`` and on one device (float32); compare loss, gradients and the
     collectives per axis (kinds, counts and bytes) with :func:`planned`.
 
     Raises:
         CheckFailed: a difference.
     """
+    cfg = cfg or Config()
     params = init(cfg, mesh.shape["pipeline"])
     tokens, targets = data(cfg)
     step = train_step(mesh, cfg, remat)
