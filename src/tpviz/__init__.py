@@ -18,6 +18,7 @@ from tpviz import (
     mesh2d,
     moe,
     pipeline,
+    together,
     zero,
 )
 from tpviz.autoshard import explore_autoshard
@@ -29,6 +30,7 @@ from tpviz.megatron import explore_megatron
 from tpviz.mesh2d import explore_mesh2d
 from tpviz.moe import explore_moe
 from tpviz.pipeline import explore_pipeline
+from tpviz.together import explore_together
 from tpviz.zero import explore_zero
 
 # the topics, in chapter order
@@ -41,12 +43,13 @@ TOPICS = (
     "mesh2d",
     "pipeline",
     "moe",
+    "together",
     "autoshard",
 )
 
 __all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
            "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
            "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
-           "explore_zero", "layouts", "make_mesh", "matmul", "megatron", "mesh2d", "moe",
-           "pipeline", "setup_devices", "zero"]
+           "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
+           "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]
 __version__ = "0.2.0"

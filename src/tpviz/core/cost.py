@@ -61,6 +61,12 @@ SYSTEMS = {
     "H100 cluster (NVLink + InfiniBand)": System("H100 cluster (NVLink + InfiniBand)", 9.89e14,
                                                  4.5e11, "austin2025scaling", node=8,
                                                  between_nodes=5.0e10),
+    # PTD-P's cluster (Selene): 8 A100 80GB per node (312 TFLOP/s bf16) on NVLink 3 / NVSwitch,
+    # 600 GB/s both ways = 300 GB/s each way; 8 HDR InfiniBand HCAs of 200 Gb/s per node, so
+    # 25 GB/s per GPU each way between nodes (Narayanan et al. 2021, section 5)
+    "A100 cluster (NVLink + InfiniBand)": System("A100 cluster (NVLink + InfiniBand)", 3.12e14,
+                                                 3.0e11, "narayanan2021megatron", node=8,
+                                                 between_nodes=2.5e10),
 }
 
 

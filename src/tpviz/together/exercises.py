@@ -1,0 +1,117 @@
+"""Checkers for chapter 8: activation bytes, recomputation, axis placement, bubble, design."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from tpviz.core.exercises import Wrong, as_integer, as_number, checker, expect_number
+from tpviz.errors import TpvizError
+from tpviz.together.memory import activation_bytes
+from tpviz.together.plan import plan
+from tpviz.together.search import cached_best
+
+# GPT-3 175B's layer: s, b, h, a
+S, B, H, A = 2048, 1, 12288, 96
+
+
+@checker("Activation bytes of one layer")
+def check_layer_activations(answer) -> str:
+    """Bytes one GPT-3 175B layer keeps (s = 2048, b = 1, h = 12288, a = 96; one device)."""
+    got, sbh = as_number(answer), S * B * H
+    if got == 34 * sbh:
+        raise Wrong("that leaves out the attention scores.", "Softmax, its dropout mask and "
+                    "the dropped-out probabilities are a·s² per sequence each.")
+    if got == 2 * activation_bytes(S, B, H, A):
+        raise Wrong("that counts 4 bytes per activation.", "Activations are 16-bit.")
+    expect_number(got, activation_bytes(S, B, H, A), hint="sbh·(34 + 5as/h).")
+    return f"{got / 2**30:.1f} GiB per layer: the a·s² term is {5 * A * S / H:.0f}·sbh of it."
+
+
+@checker("What selective recomputation saves")
+def check_selective_saving(answer) -> str:
+    """Bytes per layer and device saved by selective recomputation with t = 8 and sequence
+    parallelism (GPT-3 175B's layer, b = 1)."""
+    got = as_number(answer)
+    core = 5 * A * S * S * B
+    if got == core:
+        raise Wrong("that is the whole attention core, on one device.",
+                    "With t = 8 each device holds its 12 of the 96 heads.")
+    if got == activation_bytes(S, B, H, A, 8, True):
+        raise Wrong("that is everything the layer keeps.", "Selective recomputation keeps "
+                    "the 34·sbh/t and recomputes the rest.")
+    want = activation_bytes(S, B, H, A, 8, True) - activation_bytes(S, B, H, A, 8, True,
+                                                                      "selective")
+    expect_number(got, want, hint="The term that grows with s²: 5as²b/t.")
+    return f"{want / 2**30:.2f} GiB per layer: {want / activation_bytes(S, B, H, A, 8, True):.0%}."
+
+
+@checker("The tensor-parallel group")
+def check_tensor_group(answer) -> str:
+    """Devices 0-15 on 2 nodes of 8 (node 0: 0-7); t = 8, d = 2: device 0's tensor group."""
+    try:
+        got = tuple(sorted(as_integer(i, "a device") for i in answer))
+    except TypeError:
+        raise Wrong("give the devices as a list of integers.") from None
+    if got == tuple(range(0, 16, 2)):
+        raise Wrong("that group spans both nodes.", "Tensor parallelism all-reduces twice per "
+                    "layer: keep it on NVLink.")
+    if got in ((0, 8), tuple(range(16))):
+        raise Wrong("that group does not have t = 8 devices of one node." if got == (0, 8) else
+                    "that is every device.", "t devices, all on the node of device 0.")
+    if got != tuple(range(8)):
+        raise Wrong(f"{list(got)} is not the group.", "Consecutive devices share a node.")
+    return "the tensor axis is innermost: its 8 devices share NVLink; data runs across nodes."
+
+
+@checker("The bubble of a 3D configuration")
+def check_3d_bubble(answer) -> str:
+    """Bubble fraction of GPT-3 175B, batch 1536, t = 8, p = 8, d = 16, b = 1 (1F1B)."""
+    got = as_number(answer)
+    m = 1536 // (16 * 1)
+    if abs(got - 7 / (1536 + 7)) < 1e-9:
+        raise Wrong("that uses every sequence of the batch as a microbatch of this pipeline.",
+                    "Each of the d pipelines gets B/d sequences.")
+    if abs(got - 7 / m) < 1e-9:
+        raise Wrong("that is the bubble relative to the ideal time.",
+                    "As a fraction of the whole step: (p−1)/(m+p−1).")
+    expect_number(got, float(Fraction(7, m + 7)), hint="m = B/(d·b); then (p−1)/(m+p−1).")
+    return f"m = {m}: 7/{m + 7} ≈ {7 / (m + 7):.1%}."
+
+
+@checker("Activations of the first stage with full recomputation")
+def check_first_stage(answer) -> str:
+    """Activation bytes on the first stage: GPT-3 175B, t = 8, p = 8, b = 1, full
+    recomputation, 1F1B with m ≥ p (no sequence parallelism)."""
+    got = as_number(answer)
+    per = activation_bytes(S, B, H, A, 8, recompute="full")
+    want = per * (96 // 8) * 8
+    if got == per * 96 // 8:
+        raise Wrong("that is one microbatch.", "With 1F1B the first stage holds p in flight.")
+    if got == want / 8:
+        raise Wrong("that splits the layer inputs over t.", "Without sequence parallelism "
+                    "every tensor-parallel device keeps the whole input.")
+    expect_number(got, want, hint="2sbh per layer × L/p layers × p microbatches.")
+    return f"{want / 2**30:.1f} GiB: the same as one microbatch through all 96 layers."
+
+
+@checker("Design: GPT-3 13B on 64 GPUs")
+def check_3d_design(config) -> str:
+    """``config``: dict(t, p, d, microbatch, zero_stage, recompute, sequence_parallel) for
+    GPT-3 13B on 64 A100 80GB GPUs; it must fit and be within 3% of the planner's best."""
+    if not isinstance(config, dict):
+        raise Wrong("give a dict with keys t, p, d, microbatch, zero_stage, recompute, "
+                    "sequence_parallel.")
+    try:
+        mine = plan("GPT-3 13B", "A100 80GB (Selene)", **config)
+    except (TpvizError, TypeError, ValueError) as e:
+        raise Wrong(f"that configuration cannot be planned: {e}") from None
+    if mine.devices != 64:
+        raise Wrong(f"t·p·d = {mine.devices}, not 64.")
+    if not mine.fits:
+        raise Wrong(f"it needs {mine.total_memory / 1e9:.0f} GB per GPU.",
+                    "Recompute, shard the optimizer (ZeRO) or split the model further.")
+    best = cached_best("GPT-3 13B", "A100 80GB (Selene)", 64)
+    if mine.step_s > 1.03 * best.step_s:
+        raise Wrong(f"it fits, but a step takes {mine.step_s:.2f} s; {best.step_s:.2f} s is "
+                    "possible.", "Compare the bubble, the tensor all-reduces and recomputation.")
+    return f"{mine.step_s:.2f} s per step, MFU {mine.mfu:.0%}, {mine.total_memory / 1e9:.0f} GB."

@@ -1,0 +1,56 @@
+"""``explore_together``: a GPT-3-sized model, a cluster and a strategy → memory, time and MFU,
+next to the planner's best configuration for the same GPUs."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from tpviz.core.collectives import html_table
+from tpviz.core.widgets import Controls, Live, live
+from tpviz.errors import ArgumentError
+from tpviz.together.draw import memory_bars
+from tpviz.together.memory import RECOMPUTE
+from tpviz.together.plan import CLUSTERS, MODELS, plan
+from tpviz.together.search import cached_best
+
+
+def render_together(model: str = "GPT-3 175B", cluster: str = "A100 80GB (Selene)",
+                    tensor: int = 8, pipeline: int = 8, data: int = 16, microbatch: int = 1,
+                    zero_stage: int = 1, recompute: str = "full",
+                    sequence_parallel: bool = False) -> tuple[str, Figure]:
+    """A table and bars of the reader's configuration and the planner's best on as many GPUs
+    (the search is cached per model, cluster and GPU count)."""
+    mine = plan(model, cluster, tensor, pipeline, data, microbatch, zero_stage, recompute,
+                sequence_parallel)
+    best = cached_best(model, cluster, mine.devices)
+    if best is None:
+        raise ArgumentError(f"nothing fits {model} on {mine.devices} GPUs; use more GPUs.")
+    rows = [(name, p.label(), f"{p.total_memory / 1e9:,.1f} GB" + ("" if p.fits else " ✗"),
+             f"{p.step_s:,.2f} s", f"{p.mfu:.0%}") for name, p in (("yours", mine),
+                                                                   ("best", best))]
+    table = html_table(("", f"{model} on {mine.devices:,} GPUs", "memory", "step", "MFU"),
+                       rows)
+    return table, memory_bars([mine, best], ["yours", "best"])
+
+
+def explore_together(model: str = "GPT-3 175B", cluster: str = "A100 80GB (Selene)") -> Live:
+    """Model, cluster, t, p, d, microbatch, ZeRO stage and recomputation → memory per device,
+    step time (compute, exposed communication per axis, bubble) and MFU, and the best plan."""
+    c = Controls("explore_together")
+    controls = {
+        "model": c.dropdown("model", model, list(MODELS), "model"),
+        "cluster": c.dropdown("cluster", cluster, list(CLUSTERS), "cluster"),
+        "tensor": c.dropdown("tensor", 8, [1, 2, 4, 8, 16], "tensor t"),
+        "pipeline": c.dropdown("pipeline", 8, [1, 2, 4, 8, 16, 32, 64], "pipeline p"),
+        "data": c.dropdown("data", 16, [1, 2, 4, 8, 16, 32, 64], "data d"),
+        "microbatch": c.dropdown("microbatch", 1, [1, 2, 4, 8], "microbatch b"),
+        "zero_stage": c.dropdown("zero_stage", 1, [0, 1, 2, 3], "ZeRO stage"),
+        "recompute": c.dropdown("recompute", "full", list(RECOMPUTE), "recompute"),
+        "sequence_parallel": c.checkbox("sequence_parallel", False, "sequence parallel"),
+    }
+    return live(controls, render_together)
+
+
+# settings the benchmarks time: the defaults (the search cached after the first call) and 1T
+BENCHMARKS = [(render_together, dict(model="GPT-3 175B", tensor=8, pipeline=8, data=16)),
+              (render_together, dict(model="PTD-P 1T", tensor=8, pipeline=64, data=6))]

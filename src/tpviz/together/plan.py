@@ -1,0 +1,219 @@
+"""3D parallelism as a plan: memory per device, step time and MFU of (t, p, d, b, ZeRO, recompute).
+
+The mesh is (data d, pipeline p, tensor t) with the tensor axis innermost: a tensor group is t
+consecutive devices (inside one node when t ≤ GPUs per node), pipeline neighbours are t apart,
+data-parallel replicas t·p apart (PTD-P's placement, Narayanan et al. 2021). Per step, with
+global batch B sequences, microbatch b and m = B/(d·b) microbatches per pipeline (1F1B):
+
+- memory of the first stage (it holds the most): parameters, gradients and optimizer state of
+  its L/p layers and the embedding, split t ways and then by ZeRO over d
+  (:func:`tpviz.zero.plan.memory`); activations of min(p, m) microbatches in flight, each
+  L/p layers of :func:`activation_bytes`; buffers: the two pipeline send/receive buffers and
+  the working set of recomputing one layer;
+- time: m + p - 1 slots of one microbatch's forward, backward and recomputation on one stage
+  plus its tensor-parallel all-reduces and pipeline sends (exposed, as in Megatron-LM), so the
+  bubble is (p-1)/(m+p-1) of it (:func:`tpviz.pipeline.bubble_formula`), then the data axis's
+  gradient reduction after the flush (exposed);
+- MFU: model FLOPs 72·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)) (PTD-P's count, without
+  recomputation) over (step time × devices × peak FLOP/s).
+
+Compute runs at ``efficiency`` × peak, an assumption (large bf16 matmuls reach about that); the
+model has no penalty for small matmuls, no overlap of communication and no interleaving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tpviz.core import validate
+from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.cost import SYSTEMS, System
+from tpviz.errors import ArgumentError
+from tpviz.pipeline import bubble_formula
+from tpviz.together.memory import RECOMPUTE, activation_bytes
+from tpviz.zero import plan as zero_plan
+
+AXES = ("data", "pipeline", "tensor")  # outermost to innermost
+CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
+
+
+@dataclass(frozen=True)
+class Model:
+    """A GPT-like decoder: L layers of width h with a heads, sequence s, vocabulary V, and the
+    global batch B (sequences) it trains with."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    seq: int = 2048
+    vocab: int = 51200
+    batch: int = 1536
+
+    @property
+    def params(self) -> float:
+        """Ψ = 12·L·h² + 13·L·h + (V + s)·h (PTD-P's count, with biases and embeddings)."""
+        h = self.hidden
+        return 12 * self.layers * h * h + 13 * self.layers * h + (self.vocab + self.seq) * h
+
+    def flops(self, batch: int | None = None) -> float:
+        """Model FLOPs of one step, 72·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)) (no recomputation)."""
+        B, s, L, h = batch or self.batch, self.seq, self.layers, self.hidden
+        return 72 * B * s * L * h * h * (1 + s / (6 * h) + self.vocab / (16 * L * h))
+
+
+# GPT-3 sizes (Brown et al. 2020, Table 2.1; 13B's width 5140 there is 40 heads × 128 = 5120) and
+# PTD-P's Table 1 models (Narayanan et al. 2021), vocabulary 51,200, sequence 2048
+MODELS = {m.name: m for m in (
+    Model("GPT-3 2.7B", 32, 2560, 32, batch=512),
+    Model("GPT-3 6.7B", 32, 4096, 32, batch=1024),
+    Model("GPT-3 13B", 40, 5120, 40, batch=1024),
+    Model("GPT-3 175B", 96, 12288, 96, batch=1536),
+    Model("PTD-P 145.6B", 80, 12288, 96, batch=2304),
+    Model("PTD-P 1T", 128, 25600, 160, batch=3072),
+)}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """GPUs of ``memory`` bytes each, linked as ``system`` says (NVLink inside a node of
+    ``system.node`` GPUs, ``system.between_nodes`` bytes/s per GPU between nodes)."""
+
+    name: str
+    system: System
+    memory: float
+
+
+CLUSTERS = {c.name: c for c in (
+    Cluster("A100 80GB (Selene)", SYSTEMS["A100 cluster (NVLink + InfiniBand)"], 80e9),
+    Cluster("H100 80GB", SYSTEMS["H100 cluster (NVLink + InfiniBand)"], 80e9),
+)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Memory per device (bytes), time per step (seconds) and MFU of one configuration."""
+
+    model: Model
+    cluster: Cluster
+    tensor: int
+    pipeline: int
+    data: int
+    microbatch: int
+    zero_stage: int
+    recompute: str
+    sequence_parallel: bool
+    memory: dict[str, float]
+    compute_s: float
+    comm_s: dict[str, float]
+    bubble_s: float
+    collectives: dict[str, Collectives] = field(repr=False)
+
+    @property
+    def devices(self) -> int:
+        return self.tensor * self.pipeline * self.data
+
+    @property
+    def microbatches(self) -> int:
+        return self.model.batch // (self.data * self.microbatch)
+
+    @property
+    def total_memory(self) -> float:
+        return sum(self.memory.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.total_memory <= self.cluster.memory
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + sum(self.comm_s.values()) + self.bubble_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: model FLOPs / (step time · devices · peak)."""
+        peak = self.cluster.system.flops
+        return self.model.flops() / (self.step_s * self.devices * peak)
+
+    def label(self) -> str:
+        sp = "+SP" if self.sequence_parallel else ""
+        return (f"t={self.tensor}{sp} p={self.pipeline} d={self.data} b={self.microbatch} "
+                f"ZeRO-{self.zero_stage} recompute={self.recompute}")
+
+
+def bandwidth(cluster: Cluster, stride: int, size: int) -> float:
+    """Bytes/s per device of an axis of ``size`` devices ``stride`` apart: NVLink when the
+    group fits in a node, else the network between nodes."""
+    system = cluster.system
+    inside = not system.node or stride * size <= system.node
+    return system.bandwidth if inside else system.between_nodes
+
+
+def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, microbatch: int = 1,
+         zero_stage: int = 1, recompute: str = "full", sequence_parallel: bool = False,
+         efficiency: float = 0.7) -> Plan:
+    """Memory, time and MFU of ``model`` on t·p·d GPUs of ``cluster`` (see the module text).
+
+    Raises:
+        ArgumentError: a size that does not divide (heads by t, layers by p, the batch by d·b).
+    """
+    model = MODELS[validate.choice("model", model, MODELS)] if isinstance(model, str) else model
+    cluster = (CLUSTERS[validate.choice("cluster", cluster, CLUSTERS)]
+               if isinstance(cluster, str) else cluster)
+    t, p, d, b = (validate.integer(n, v) for n, v in (("t", t), ("p", p), ("d", d),
+                                                        ("microbatch", microbatch)))
+    recompute = validate.choice("recompute", recompute, RECOMPUTE)
+    eff = validate.number("efficiency", efficiency, positive=True)
+    for what, whole, part in (("heads", model.heads, t), ("layers", model.layers, p),
+                              ("batch", model.batch, d * b)):
+        if whole % part:
+            raise ArgumentError(f"{what} = {whole} is not divisible by {part}; choose "
+                                         f"sizes that divide it.")
+    s, h, L, m = model.seq, model.hidden, model.layers // p, model.batch // (d * b)
+    stage_params = (L * (12 * h * h + 13 * h) + (model.vocab + s) * h) / t
+    states = zero_plan.memory(stage_params, d, zero_stage)
+    act = activation_bytes(s, b, h, model.heads, t, sequence_parallel, recompute)
+    working = (activation_bytes(s, b, h, model.heads, t, sequence_parallel) - act
+               if recompute != "none" else 0.0)
+    memory = {"params": states.params, "grads": states.grads, "optimizer": states.optimizer,
+              "activations": act * L * min(p, m),
+              "buffers": working + (2 * 2 * s * b * h if p > 1 else 0.0)}
+    # one microbatch on one stage: forward 1, backward 2, recomputed forward (full) 1
+    layer_fwd = 2 * b * s * (12 * h * h) + 4 * b * s * s * h  # matmuls + attention scores
+    extra = {"none": 0.0, "selective": 4 * b * s * s * h, "full": layer_fwd}[recompute]
+    logits = 3 * 2 * b * s * h * model.vocab / p  # the output layer, spread over the stages
+    slot_compute = (L * (3 * layer_fwd + extra) + logits) / t / (cluster.system.flops * eff)
+    activation = 2 * s * b * h  # bf16 [b, s, h]
+    passes = 3 if recompute == "full" else 2  # forward, backward (and the recomputed forward)
+    tp = Collectives([Collective("all-reduce", activation, t, axes=("tensor",),
+                                 what="activations (g forward, f backward)")] * (2 * L * passes)
+                     if t > 1 else [])
+    pp = Collectives([Collective("collective-permute", activation, p, axes=("pipeline",),
+                                 what="activations forward, their gradients backward")] * 2
+                     if p > 1 else [])
+    tp_s = sum(c.time(bandwidth(cluster, 1, t)) for c in tp)
+    pp_s = sum(c.time(bandwidth(cluster, t, p)) for c in pp)
+    dp = _data_collectives(stage_params, d, zero_stage, m)
+    dp_s = sum(c.time(bandwidth(cluster, t * p, d)) for c in dp)
+    fraction, _ = bubble_formula("1f1b", p, m)
+    busy = m * (slot_compute + tp_s + pp_s)
+    return Plan(model, cluster, t, p, d, b, zero_stage, recompute, sequence_parallel, memory,
+                compute_s=m * slot_compute, comm_s={"tensor": m * tp_s, "pipeline": m * pp_s,
+                                                    "data": dp_s},
+                bubble_s=busy * fraction / (1 - fraction),
+                collectives={"tensor": tp, "pipeline": pp, "data": dp})
+
+
+def _data_collectives(params: float, d: int, stage: int, m: int) -> Collectives:
+    """The data axis per step. Stages 0-1: the gradients reduced once after the flush. With
+    microbatches, stage 2 reduce-scatters each microbatch's gradients (they are not kept whole)
+    and stage 3 also all-gathers the parameters twice per microbatch."""
+    if d == 1:
+        return Collectives()
+    one = [Collective(c.kind, c.bytes, c.group_size, axes=("data",), what=c.what)
+           for c in zero_plan.collectives(params, d, stage)]
+    if stage <= 1:
+        return Collectives(one)
+    per_microbatch = [c for c in one if c.kind == "reduce-scatter" or stage == 3]
+    rest = [c for c in one if c not in per_microbatch]
+    return Collectives(per_microbatch * m + rest)

@@ -1,0 +1,131 @@
+"""Chapter 8: activation memory derived term by term, the 3D plan and search, the 2×2×2 run."""
+
+import time
+
+import numpy as np
+import pytest
+
+import tpviz
+from tpviz.core.exercises import ExerciseFailed
+from tpviz.together import activation_bytes, best, plan
+from tpviz.together import exercises as ex
+from tpviz.together.check import check_run, measure_remat
+from tpviz.together.run import AXES, Config, ticks
+
+
+def test_activation_terms_derived_op_by_op():
+    s, b, h, a = 2048, 1, 12288, 96
+    sbh, core = s * b * h, a * s * s * b
+    # attention: qkv input 2, Q K 4, softmax 2as²b, its mask as²b, probs 2as²b + V 2,
+    # output-projection input 2, dropout mask 1; MLP: 2 + 8 + 8 + 1; layer norms 2 + 2
+    attention = (2 + 4 + 2 + 2 + 1) * sbh + (2 + 1 + 2) * core
+    mlp = (2 + 8 + 8 + 1) * sbh
+    norms = 4 * sbh
+    assert activation_bytes(s, b, h, a) == attention + mlp + norms
+    assert activation_bytes(s, b, h, a) == sbh * (34 + 5 * a * s / h)
+    for t in (2, 4, 8):
+        whole = (2 + 1 + 2 + 1 + 4) * sbh  # qkv input, attn mask, MLP input, MLP mask, norms
+        split = (attention + mlp + norms - whole - 5 * core) / t
+        assert activation_bytes(s, b, h, a, t) == pytest.approx(whole + split + 5 * core / t)
+        assert activation_bytes(s, b, h, a, t) == pytest.approx(
+            sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+        assert activation_bytes(s, b, h, a, t, True) == pytest.approx(
+            sbh * (34 / t + 5 * a * s / (h * t)))
+        assert activation_bytes(s, b, h, a, t, True, "selective") == pytest.approx(sbh * 34 / t)
+        assert activation_bytes(s, b, h, a, t, False, "selective") == pytest.approx(
+            sbh * (10 + 24 / t))
+    assert activation_bytes(s, b, h, a, 8, recompute="full") == 2 * sbh
+
+
+def test_korthikanti_gpt3_example():
+    # the paper's 22B..1T discussion: for GPT-3 175B (a=96, s=2048, h=12288) 5as/h = 80,
+    # more than twice the 34 of the rest
+    assert 5 * 96 * 2048 / 12288 == 80
+
+
+def test_plan_memory_and_bubble_from_first_principles():
+    p = plan("GPT-3 175B", "A100 80GB (Selene)", 8, 8, 16, 1, 0, "full")
+    h, L = 12288, 96
+    stage = (L // 8 * (12 * h * h + 13 * h) + (51200 + 2048) * h) / 8
+    assert p.memory["params"] == pytest.approx(2 * stage)
+    assert p.memory["optimizer"] == pytest.approx(12 * stage)
+    assert p.memory["activations"] == pytest.approx(2 * 2048 * h * (L // 8) * 8)
+    m = 1536 // 16
+    busy = p.compute_s + p.comm_s["tensor"] + p.comm_s["pipeline"]
+    assert p.bubble_s / (p.bubble_s + busy) == pytest.approx(7 / (m + 7))
+
+
+def test_best_reproduces_ptdp_choices_without_zero_and_sp():
+    # PTD-P Table 1: 145.6B on 1536 GPUs t=8 p=8; 1T on 3072 GPUs t=8 p=64 (no ZeRO, no SP)
+    narrow = dict(zero_stages=(0,), sequence_parallel=(False,))
+    a = best("PTD-P 145.6B", "A100 80GB (Selene)", 1536, **narrow)
+    assert (a.tensor, a.pipeline, a.data) == (8, 8, 24)
+    b = best("PTD-P 1T", "A100 80GB (Selene)", 3072, **narrow)
+    assert (b.tensor, b.pipeline, b.data, b.recompute) == (8, 64, 6, "full")
+    assert b.fits
+
+
+def test_best_175b_on_1024_is_fast_and_fits():
+    start = time.perf_counter()
+    one = best("GPT-3 175B", "A100 80GB (Selene)", 1024)
+    assert time.perf_counter() - start < 10  # generous; measured ~0.4 s
+    assert one.fits and one.tensor <= 8  # tensor parallelism stays inside a node
+
+
+def test_gpipe_ticks_from_the_schedule():
+    assert ticks(2, 2) == [[0, None], [1, 0], [None, 1]]
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return tpviz.make_mesh((2, 2, 2), AXES)
+
+
+def test_2x2x2_equals_one_device_and_plan(mesh):
+    r = check_run(mesh, Config())  # raises CheckFailed on any difference
+    assert r.gradient_error < 1e-5
+    assert set(r.compiled) == {"tensor", "pipeline", "data", "data+pipeline"}
+
+
+def test_remat_keeps_only_layer_inputs():
+    cfg = Config(layers=2, hidden=32, heads=4, seq=32, batch=2)
+    none, full = measure_remat(cfg, "none"), measure_remat(cfg, "full")
+    sbh = 32 * 2 * 32
+    assert full["bytes"] == 4 * sbh  # float32 layer input: the formula's 2sbh at 16 bits
+    assert none["bytes"] > 4 * activation_bytes(32, 2, 32, 4) / 2 * 0.9
+    forward = 2 * 2 * 32 * 12 * 32 * 32 + 4 * 2 * 32 * 32 * 32  # 2bs·12h² + 4bs²h
+    assert 0.5 * forward < full["flops"] - none["flops"] < 1.1 * forward
+
+
+def _fails(checker, answer):
+    with pytest.raises(ExerciseFailed):
+        checker(answer)
+
+
+def test_checkers_accept_right_and_refuse_wrong(capsys):
+    s, b, h, a = 2048, 1, 12288, 96
+    right = activation_bytes(s, b, h, a)
+    ex.check_layer_activations(right)
+    _fails(ex.check_layer_activations, 34 * s * b * h)
+    _fails(ex.check_layer_activations, 2 * right)
+    saved = 5 * a * s * s / 8
+    ex.check_selective_saving(saved)
+    _fails(ex.check_selective_saving, 5 * a * s * s)
+    _fails(ex.check_selective_saving, activation_bytes(s, b, h, a, 8, True))
+    ex.check_tensor_group(list(range(8)))
+    _fails(ex.check_tensor_group, list(range(0, 16, 2)))
+    _fails(ex.check_tensor_group, [0, 8])
+    ex.check_3d_bubble(7 / 103)
+    _fails(ex.check_3d_bubble, 7 / 96)
+    _fails(ex.check_3d_bubble, 7 / 1543)
+    first = 2 * s * h * 12 * 8
+    ex.check_first_stage(first)
+    _fails(ex.check_first_stage, first / 8)
+    _fails(ex.check_first_stage, 2 * s * h * 12)
+    good = best("GPT-3 13B", "A100 80GB (Selene)", 64)
+    ex.check_3d_design(dict(t=good.tensor, p=good.pipeline, d=good.data,
+                         microbatch=good.microbatch, zero_stage=good.zero_stage,
+                         recompute=good.recompute, sequence_parallel=good.sequence_parallel))
+    _fails(ex.check_3d_design, dict(t=1, p=1, d=64, microbatch=1, zero_stage=0, recompute="none"))
+    _fails(ex.check_3d_design, dict(t=8, p=8, d=1, microbatch=1, zero_stage=0, recompute="full"))
+    assert np.isfinite(right)
