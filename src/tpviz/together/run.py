@@ -31,7 +31,7 @@ from tpviz.megatron.run import block, layer_norm
 from tpviz.pipeline import schedule
 
 AXES = ("data", "pipeline", "tensor")  # outermost to innermost, as PTD-P places them
-BLOCK = ("wq", "wk", "wv", "wo", "a", "b")
+BLOCK = ("wq", "wk", "wv", "wo", "w1", "w2")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def init(cfg: Config, stages: int = 1, seed: int = 0) -> dict:
     """Full float32 weights; the block weights stacked ``[stages, L/stages, ...]``."""
     rng = np.random.default_rng(seed)
     h, f, per = cfg.hidden, 4 * cfg.hidden, cfg.layers // stages
-    shapes = {"wq": (h, h), "wk": (h, h), "wv": (h, h), "wo": (h, h), "a": (h, f), "b": (f, h)}
+    shapes = {"wq": (h, h), "wk": (h, h), "wv": (h, h), "wo": (h, h), "w1": (h, f), "w2": (f, h)}
     params = {k: (rng.standard_normal((stages, per, *s)) / np.sqrt(s[0])).astype(np.float32)
               for k, s in shapes.items()}
     params["embed"] = (rng.standard_normal((cfg.vocab, h)) * 0.5).astype(np.float32)
@@ -69,7 +69,7 @@ def specs() -> dict[str, P]:
     """Block weights: stage axis over "pipeline", Megatron's split over "tensor"; the rest
     replicated."""
     column, row = P("pipeline", None, None, "tensor"), P("pipeline", None, "tensor", None)
-    return {"wq": column, "wk": column, "wv": column, "wo": row, "a": column, "b": row,
+    return {"wq": column, "wk": column, "wv": column, "wo": row, "w1": column, "w2": row,
             "embed": P(), "pos": P(), "out": P()}
 
 
