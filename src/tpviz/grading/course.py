@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tpviz.errors import GradingError
 from tpviz.grading import metadata
-from tpviz.grading.files import refuse_inside, write_all
+from tpviz.grading.files import check_writable, refuse_inside, write_all
 
 DEFAULT_TIMEOUT_S = 120  # per cell, while grading; a chapter's slowest cell takes a few seconds
 
@@ -100,6 +100,7 @@ def release(book: Path, out: Path, names: Iterable[str] | None = None, *,
     nbgrader's ``generate_assignment`` releases them; returns the files written."""
     refuse_inside(out, book)
     paths = chapters(book, names)
+    check_writable(out, [p.name for p in paths], force=force)  # before nbgrader runs
     with Course(paths) as course:
         files = {p.name: course.released(p.stem) for p in paths}
     return write_all(out, files, force=force)

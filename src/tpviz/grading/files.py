@@ -31,24 +31,31 @@ def refuse_inside(out: Path, *sources: Path) -> None:
                                "choose an output folder outside it (e.g. student/ or grades/)")
 
 
+def check_writable(out: Path, names, *, force: bool = False) -> None:
+    """Raise :class:`GradingError` if a file ``out/<name>`` exists and differs from what tpviz
+    last wrote there (a learner's or an instructor's change), unless ``force``."""
+    if force:
+        return
+    manifest_path = out / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    changed = [str(out / rel) for rel in names if (out / rel).exists()
+               and manifest.get(rel) != digest((out / rel).read_bytes())]
+    if changed:
+        raise GradingError(
+            "refusing to overwrite files changed since tpviz wrote them (or not written by "
+            "tpviz): " + ", ".join(changed) + ". Move them away, or pass --force to replace them.")
+
+
 def write_all(out: Path, files: dict[str, bytes], *, force: bool = False) -> list[Path]:
     """Write ``files`` (relative path -> content) under ``out``; all or nothing.
 
     Raises :class:`GradingError`, writing nothing, if any existing file differs from what tpviz
     last wrote there (unless ``force``). Returns the paths written (unchanged files are skipped).
     """
+    check_writable(out, files, force=force)
     manifest_path = out / MANIFEST
     manifest: dict[str, str] = (json.loads(manifest_path.read_text())
                                 if manifest_path.exists() else {})
-    changed = []
-    for rel in files:
-        path = out / rel
-        if path.exists() and manifest.get(rel) != digest(path.read_bytes()):
-            changed.append(str(path))
-    if changed and not force:
-        raise GradingError(
-            "refusing to overwrite files changed since tpviz wrote them (or not written by "
-            "tpviz): " + ", ".join(changed) + ". Move them away, or pass --force to replace them.")
     written = []
     for rel, data in files.items():
         path = out / rel

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tpviz.errors import GradingError
 from tpviz.grading.course import DEFAULT_TIMEOUT_S, Course, chapters
-from tpviz.grading.files import refuse_inside, write_all
+from tpviz.grading.files import check_writable, refuse_inside, write_all
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -57,6 +57,9 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
     refuse_inside(out, book, submissions)
     found = find_submissions(submissions)
     names = sorted({chapter for subs in found.values() for chapter in subs})
+    check_writable(out, ["grades.csv", *(f"feedback/{s}.html" for s in found),
+                         *(f"feedback/{s}/{c}.html" for s, subs in found.items() for c in subs)],
+                   force=force)  # before the long part: refuse early
     with Course(chapters(book, names), timeout=timeout) as course:
         for student, subs in found.items():
             for chapter, path in subs.items():
