@@ -25,8 +25,8 @@ from tpviz.grading import metadata
 
 pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
 
-from tpviz.grading.course import release  # noqa: E402
-from tpviz.grading.grade import main  # noqa: E402
+from tpviz.grading.course import release
+from tpviz.grading.grade import main
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTERS = ["00_devices_meshes_shardings", "05_zero"]  # the two fastest chapters
@@ -105,7 +105,7 @@ def test_the_class_gets_exactly_the_expected_grades(graded):
 
 
 def test_feedback_per_student(graded):
-    root, expected = graded
+    root, _ = graded
     feedback = root / "grades" / "feedback"
     for student in ("ada", "bob", "cy", "dee"):
         page = (feedback / f"{student}.html").read_text()
