@@ -6,7 +6,8 @@
 - cy hands in the student copies untouched (not attempted: 0, not nbgrader's full marks);
 - dee answers right, but her first chapter raises in an early cell (grading goes on) and in the
   second her first answer loops forever (the per-cell timeout gives that exercise 0, the rest
-  are graded).
+  are graded);
+- eve hands in a file that is not a notebook: reported, 0 points, the others are graded.
 
 Runs ``nbgrader generate_assignment``, ``autograde``, ``generate_feedback`` and ``export``
 through ``tpviz-grade``: 8 notebooks in fresh kernels plus one timeout, about 2-3 minutes on
@@ -88,6 +89,11 @@ def graded(tmp_path_factory):
             path = root / "submissions" / student / f"{chapter}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(nb, indent=1))
+    broken = root / "submissions" / "eve" / f"{CHAPTERS[1]}.ipynb"  # not a notebook at all
+    broken.parent.mkdir()
+    broken.write_text("{ this is not JSON")
+    for ex in exercises:
+        expected[("eve", CHAPTERS[1], ex.grade_id)] = (0, ex.points)
     code = main([str(root / "submissions"), str(root / "grades"), "--book", str(BOOK),
                  "--timeout", str(TIMEOUT_S)])
     assert code == 0

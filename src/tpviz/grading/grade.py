@@ -22,6 +22,7 @@ import argparse
 import csv
 import html
 import io
+import json
 import re
 import shutil
 import sys
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 from tpviz.errors import GradingError
+from tpviz.grading import metadata
 from tpviz.grading.course import DEFAULT_TIMEOUT_S, Course, chapters
 from tpviz.grading.files import check_writable, refuse_inside, write_all
 
@@ -66,11 +68,13 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
                 dst = course.root / "submitted" / student / chapter / f"{chapter}.ipynb"
                 dst.parent.mkdir(parents=True)
                 shutil.copyfile(path, dst)
-        course.nbgrader("autograde", "*", "--force")
-        course.nbgrader("generate_feedback", "*", "--force")
+        # a submission nbgrader cannot read or run is reported, and the others are graded
+        course.nbgrader("autograde", "*", "--force", check=False)
+        course.nbgrader("generate_feedback", "*", "--force", check=False)
         course.nbgrader("export", "--exporter=tpviz.grading.nbgrader_plugins.ExerciseCsv",
                         "--to=grades.csv")
         table = (course.root / "grades.csv").read_bytes()
+        table += zero_rows(found, table, book)
         files = {"grades.csv": table}
         for student, subs in found.items():
             for chapter in subs:
@@ -83,6 +87,22 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
             student, [r for r in rows if r["student"] == student], files).encode()
     write_all(out, files, force=force)
     return rows
+
+
+def zero_rows(found: dict[str, dict[str, Path]], table: bytes, book: Path) -> bytes:
+    """Rows of 0 points for the submissions nbgrader could not grade (a broken file)."""
+    graded = {(r["student"], r["chapter"]) for r in csv.DictReader(io.StringIO(table.decode()))}
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for student, subs in found.items():
+        for chapter in subs:
+            if (student, chapter) in graded:
+                continue
+            print(f"warning: {subs[chapter]} could not be graded: 0 points", file=sys.stderr)
+            nb = json.loads((book / f"{chapter}.ipynb").read_text())
+            for ex in metadata.nbgrader_metadata(nb)[1]:
+                writer.writerow([student, chapter, ex.grade_id, 0, ex.points])
+    return out.getvalue().encode()
 
 
 def summary_page(student: str, rows: list[dict], files: dict) -> str:
