@@ -1,18 +1,34 @@
-"""The student version: solutions replaced by stubs, nothing leaks, unattempted work runs."""
+"""For instructors: nbgrader metadata from the markers, student copies, nothing ever lost.
+
+The student copies are made by nbgrader's ``generate_assignment`` (the ``instructor`` extra);
+the end-to-end grading of a fake class is in tests/test_grading_class.py.
+"""
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tpviz.grading.student import BEGIN, END, strip_solutions, student_notebook
+from tpviz.core import exercises as framework
+from tpviz.errors import GradingError
+from tpviz.grading import metadata
+from tpviz.grading.files import MANIFEST, refuse_inside, write_all
+from tpviz.grading.student import BEGIN, END, strip_solutions, strip_worked_answers
+
+pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
+
+from tpviz.grading.course import release
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
-NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+NOTEBOOKS = sorted(BOOK.glob("[0-9]*.ipynb"))
 
+
+# --- the stub -------------------------------------------------------------------------------
 
 def test_stub_keeps_names_and_signatures():
     source = "\n".join([
@@ -32,31 +48,194 @@ def test_unclosed_solution_is_an_error():
         strip_solutions(f"{BEGIN}\nx = 1")
 
 
-def _solution_lines(nb: dict) -> set[str]:
-    lines: set[str] = set()
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
-            for block in re.findall(rf"{BEGIN}\n(.*?){END}", "".join(cell["source"]), re.S):
-                lines |= {ln.strip() for ln in block.splitlines()
-                          if ln.strip() and not ln.strip().startswith("def ")}
-        elif "solution" in cell.get("metadata", {}).get("tags", []):
-            lines |= {ln.strip() for ln in "".join(cell["source"]).splitlines() if len(ln) > 20}
-    return lines
+def test_worked_answers_become_a_note():
+    md = "**Question 1.** Why?\n\n```{admonition} Answer\n:class: dropdown\nBecause 42.\n```\nAfter."
+    out = strip_worked_answers(md)
+    assert "Because 42" not in out and "admonition" not in out
+    assert out.startswith("**Question 1.** Why?") and out.endswith("After.")
+    with pytest.raises(ValueError, match="no closing fence"):
+        strip_worked_answers("```{admonition} Answer\nsecret")
+
+
+def test_a_stub_scores_zero_while_grading(monkeypatch, capsys):
+    @framework.checker("Exercise")
+    def check(answer):
+        if answer != 42:
+            raise framework.Wrong("no")
+
+    check(...)  # in the book: a message, no failure
+    assert framework.NOT_ATTEMPTED in capsys.readouterr().out
+    monkeypatch.setenv(framework.GRADING_ENV, "1")  # under nbgrader's autograde
+    with pytest.raises(framework.ExerciseFailed, match=framework.NOT_ATTEMPTED):
+        check(...)
+    check(42)
+
+
+# --- the metadata ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("title", "points"), [
+    ("capacity (easy)", 1), ("drop order (medium)", 2), ("stages (hard)", 3),
+    ("a trap (hard, design)", 3), ("design a layer (design)", 3), ("which case?", 1),
+    ("f and g", 1), ("memory (the easy way) of a layer (Medium).", 2),
+])
+def test_points_by_difficulty(title, points):
+    assert metadata.points_of(title) == points
+
+
+def _chapter(*cells):
+    return {"cells": [{"cell_type": t, "metadata": {}, "source": s} for t, s in cells],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_metadata_from_markers():
+    nb = _chapter(
+        ("markdown", "**Exercise 3.1 — one (medium).** Do it."),
+        ("code", f"{BEGIN}\nx = 1\n{END}"),
+        ("code", "tpviz.exercises.check_one(x)"),
+        ("markdown", "**Exercise 3.2 — two.** Do it."),
+        ("code", "print('a helper cell')"),
+        ("code", f"{BEGIN}\ny = 2\n{END}"),
+        ("code", "tpviz.exercises.check_two(y)"),
+    )
+    wanted, exercises = metadata.nbgrader_metadata(nb)
+    assert [(e.number, e.points, e.grade_id) for e in exercises] == [
+        ("3.1", 2, "ex3_1"), ("3.2", 1, "ex3_2")]
+    assert wanted[1] == {"grade": False, "grade_id": "ex3_1_answer", "locked": False,
+                         "schema_version": 3, "solution": True}
+    assert wanted[2] == {"grade": True, "grade_id": "ex3_1", "locked": True, "points": 2,
+                         "schema_version": 3, "solution": False}
+    assert wanted[0] is wanted[3] is wanted[4] is None
+    assert metadata.apply(nb) and not metadata.apply(nb)  # idempotent
+
+
+def test_metadata_ids_are_unique_and_bad_markers_are_named():
+    nb = _chapter(("code", f"{BEGIN}\nx = 1\n{END}"), ("code", "tpviz.exercises.check_a(x)"),
+                  ("code", "tpviz.exercises.check_a(x)"))
+    _, exercises = metadata.nbgrader_metadata(nb)  # no prompt: named after the checker
+    assert [e.grade_id for e in exercises] == ["exa", "exa_2"]
+    with pytest.raises(metadata.MarkerError, match="cell 0: an answer cell with no check"):
+        metadata.nbgrader_metadata(_chapter(("code", f"{BEGIN}\nx = 1\n{END}")))
+    with pytest.raises(metadata.MarkerError, match="separate cells"):
+        metadata.nbgrader_metadata(_chapter(
+            ("code", f"{BEGIN}\nx = 1\n{END}\ntpviz.exercises.check_a(x)")))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_no_solution_text_leaks(path):
+def test_chapter_metadata_matches_markers(path):
+    """Every check cell graded and locked, every answer cell a solution, unique ids: the
+    chapter is what the script writes (run `python -m tpviz.grading.metadata book` if not)."""
+    assert metadata.main(["--check", str(path)]) == 0
     nb = json.loads(path.read_text())
-    secret = _solution_lines(nb)
-    student = json.dumps(student_notebook(nb))
-    leaked = [line for line in secret if json.dumps(line)[1:-1] in student]
-    assert not leaked
-    assert BEGIN not in student
+    cells = [c for c in nb["cells"] if "nbgrader" in c["metadata"]]
+    ids = [c["metadata"]["nbgrader"]["grade_id"] for c in cells]
+    assert len(ids) == len(set(ids))
+    for cell in nb["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        assert meta.get("solution", False) == metadata.is_solution_cell(cell)
+        assert meta.get("grade", False) == meta.get("locked", False) == metadata.is_check_cell(cell)
+        if meta.get("grade"):
+            assert meta["points"] in (1, 2, 3)
+
+
+def test_check_mode_finds_stale_metadata(tmp_path):
+    nb = json.loads(NOTEBOOKS[0].read_text())
+    next(c for c in nb["cells"] if metadata.is_check_cell(c))["metadata"]["nbgrader"]["points"] = 9
+    path = tmp_path / NOTEBOOKS[0].name
+    path.write_text(metadata.dumps(nb))
+    assert metadata.main(["--check", str(tmp_path)]) == 1
+    assert metadata.main([str(tmp_path)]) == 0
+    assert path.read_text() == NOTEBOOKS[0].read_text()
+
+
+# --- nothing is ever lost -------------------------------------------------------------------
+
+def test_refuses_to_write_into_the_sources(tmp_path):
+    for out in (tmp_path, tmp_path / "student"):
+        with pytest.raises(GradingError, match="refusing to write into"):
+            refuse_inside(out, tmp_path)
+    refuse_inside(tmp_path.parent / "student", tmp_path)
+
+
+def test_never_overwrites_a_changed_file(tmp_path):
+    assert write_all(tmp_path, {"a.ipynb": b"stub"}) == [tmp_path / "a.ipynb"]
+    assert write_all(tmp_path, {"a.ipynb": b"new stub"}) == [tmp_path / "a.ipynb"]  # untouched
+    (tmp_path / "a.ipynb").write_bytes(b"a learner's answer")
+    (tmp_path / "b.ipynb").write_bytes(b"not ours")
+    with pytest.raises(GradingError, match=r"a.ipynb.*--force"):
+        write_all(tmp_path, {"a.ipynb": b"stub", "c.ipynb": b"x"})
+    assert (tmp_path / "a.ipynb").read_bytes() == b"a learner's answer"
+    assert not (tmp_path / "c.ipynb").exists()  # all or nothing
+    with pytest.raises(GradingError, match=r"b\.ipynb"):
+        write_all(tmp_path, {"b.ipynb": b"stub"})
+    write_all(tmp_path, {"a.ipynb": b"stub"}, force=True)
+    assert (tmp_path / "a.ipynb").read_bytes() == b"stub"
+    assert json.loads((tmp_path / MANIFEST).read_text())["a.ipynb"]
+
+
+def test_student_command_refuses_the_book_folder(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "tpviz.grading.student", str(BOOK), str(BOOK)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "refusing to write into" in run.stderr
+    assert sum(BEGIN in p.read_text() for p in NOTEBOOKS) == len(NOTEBOOKS)
+
+
+# --- the student copies, as nbgrader releases them ------------------------------------------
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    out = tmp_path_factory.mktemp("student")
+    release(BOOK, out)
+    return out
+
+
+def _cells(nb):
+    return [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
+
+
+def _secret_lines(nb: dict) -> set[str]:
+    """Lines of the solution regions and worked answers that appear nowhere else."""
+    secret, public = set(), set()
+    for kind, text in _cells(nb):
+        if kind == "code":
+            regions = re.findall(rf"{BEGIN}\n(.*?){END}", text, re.S)
+            rest = re.sub(rf"{BEGIN}\n.*?{END}", "", text, flags=re.S)
+        else:
+            regions = re.findall(r"```\{admonition\} Answer\n(.*?)```", text, re.S)
+            rest = re.sub(r"```\{admonition\} Answer\n.*?```", "", text, flags=re.S)
+        secret |= {ln.strip() for r in regions for ln in r.splitlines()}
+        public |= {ln.strip() for ln in rest.splitlines()}
+    secret -= public
+    return {ln for ln in secret if ln and not ln.startswith("def ") and ln != ":class: dropdown"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_unattempted_chapter_runs_and_says_not_attempted(path):
-    nb = nbformat.from_dict(student_notebook(json.loads(path.read_text())))
+def test_no_solution_text_reaches_students(path, released):
+    nb = json.loads(path.read_text())
+    secret = _secret_lines(nb)
+    assert secret
+    student = json.loads((released / path.name).read_text())
+    lines = {ln.strip() for _, text in _cells(student) for ln in text.splitlines()}
+    assert not secret & lines
+    assert not any(BEGIN in text or "{admonition} Answer" in text for _, text in _cells(student))
+    # the check cells are locked and carry their points
+    checks = [c for c in student["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
+    assert checks and all(c["metadata"]["editable"] is False for c in checks)
+
+
+def test_rerunning_keeps_a_learners_work(released, tmp_path):
+    mine = released / NOTEBOOKS[0].name
+    original = mine.read_bytes()
+    assert release(BOOK, released, [NOTEBOOKS[0].stem]) == []  # unchanged: not rewritten
+    mine.write_bytes(original.replace(b"= ...", b"= 42"))
+    with pytest.raises(GradingError, match="--force"):
+        release(BOOK, released, [NOTEBOOKS[0].stem])
+    assert b"= 42" in mine.read_bytes()
+    mine.write_bytes(original)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_unattempted_chapter_runs_and_says_not_attempted(path, released):
+    nb = nbformat.read(released / path.name, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(BOOK)}}).execute()
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"

@@ -68,6 +68,11 @@ class WorkerTimeout(WorkerError, TimeoutError):
     """Worker processes that did not finish in time (often a deadlock in a collective)."""
 
 
+class GradingError(TpvizError, ValueError):
+    """Generating student copies or grading would lose work (write into the chapters' folder,
+    overwrite a changed file) or cannot start (stale nbgrader metadata, no submissions)."""
+
+
 def describe(e: BaseException) -> str:
     """An exception in one line: ``Type: first line of its message``; for one without a
     message (a bare ``assert``), the line of code that raised it."""

@@ -4,7 +4,9 @@ A checker is a function decorated with :func:`checker`. Its body compares the le
 with the expected one and raises :class:`Wrong` with a specific message when it differs. The
 decorator turns that into a one-line ✗ message (the cell fails, so a wrong answer fails under
 the tests), treats ``...`` or a function that raises ``NotImplementedError`` as "not attempted
-yet", and reports any exception raised by the learner's code in plain words.
+yet", and reports any exception raised by the learner's code in plain words. While nbgrader
+grades a submission (environment variable ``TPVIZ_GRADING`` set), a stub answer fails instead, so
+an exercise not attempted scores 0 rather than nbgrader's full marks for a test that passes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import functools
 import io
 import math
 import numbers
+import os
 import signal
 import sys
 import threading
@@ -24,6 +27,7 @@ import numpy as np
 from tpviz.errors import describe
 
 NOT_ATTEMPTED = "not attempted yet"
+GRADING_ENV = "TPVIZ_GRADING"  # set (by tpviz.grading) while nbgrader grades: a stub fails
 TIME_LIMIT_S = 15  # a learner's function runs at most this long inside a checker (a guard
 # against endless loops: the slowest right answer, a shard_map compile, takes 1-3 s)
 OUTPUT_LIMIT = 2000  # characters of the learner's printed output shown by a checker
@@ -192,6 +196,8 @@ def checker(title: str) -> Callable:
                     raise NotAttempted
                 praise = body(*args, **kwargs)
             except NotAttempted:
+                if os.environ.get(GRADING_ENV):  # nbgrader's autograde: a stub scores 0
+                    raise ExerciseFailed(f"✗ {title}: {NOT_ATTEMPTED}.") from None
                 print(f"⏳ {title}: {NOT_ATTEMPTED}. Fill in the cell above, run it, then run "
                       "this cell again.")
                 return None

@@ -3,19 +3,21 @@
 In a chapter notebook the learner's code sits between ``# BEGIN SOLUTION`` and ``# END SOLUTION``
 lines. The student version keeps everything else and replaces each such block by a stub that
 defines the same names: ``name = ...`` for a value, a function that raises ``NotImplementedError``
-for a function. The checkers report both as "not attempted yet". Markdown cells tagged
-``solution`` (worked answers) are dropped, and outputs are cleared.
+for a function. The checkers report both as "not attempted yet". Worked answers (``{admonition}
+Answer`` blocks in markdown) become a one-line note; cells tagged ``solution`` are dropped.
 
-Usage: ``python -m tpviz.grading.student book _build/student``
+These functions are the stub of nbgrader's ``generate_assignment`` (see
+:mod:`tpviz.grading.nbgrader_plugins`): the student version is always what nbgrader releases.
+
+Usage: ``python -m tpviz.grading.student book student [--force]``
 """
 
 from __future__ import annotations
 
 import ast
-import json
+import re
 import sys
 import textwrap
-from pathlib import Path
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 TODO = "# TODO: your code here"
@@ -57,28 +59,40 @@ def strip_solutions(source: str) -> str:
     return "\n".join(out)
 
 
-def student_notebook(nb: dict) -> dict:
-    """The student version of a notebook (a dict in nbformat 4 JSON)."""
-    cells = []
-    for cell in nb["cells"]:
-        if "solution" in cell.get("metadata", {}).get("tags", []):
+WORKED_ANSWER_STUB = "*Answer: work it out first; your instructor has the worked answer.*"
+_FENCE = re.compile(r"^\s*(`{3,}|:{3,})\{admonition\}\s*Answer\b")
+
+
+def strip_worked_answers(markdown: str) -> str:
+    """Replace every worked answer (a fenced ``{admonition} Answer`` block) by a one-line note."""
+    out: list[str] = []
+    fence = ""
+    for line in markdown.splitlines():
+        if fence:
+            if line.strip() == fence:
+                fence = ""
             continue
-        cell = dict(cell)
-        if cell["cell_type"] == "code":
-            cell["source"] = strip_solutions("".join(cell["source"]))
-            cell["outputs"], cell["execution_count"] = [], None
-        cells.append(cell)
-    return {**nb, "cells": cells}
+        m = _FENCE.match(line)
+        if m:
+            fence = m.group(1)
+            out.append(WORKED_ANSWER_STUB)
+        else:
+            out.append(line)
+    if fence:
+        raise ValueError("a worked answer ('{admonition} Answer') has no closing fence")
+    return "\n".join(out)
 
 
-def main(argv: list[str]) -> None:
-    src, dst = Path(argv[0]), Path(argv[1])
-    dst.mkdir(parents=True, exist_ok=True)
-    for path in sorted(src.glob("*.ipynb")):
-        nb = student_notebook(json.loads(path.read_text()))
-        (dst / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-        print(f"wrote {dst / path.name}")
+def is_worked_answer_cell(cell: dict) -> bool:
+    """A cell tagged ``solution`` (dropped whole from the student version)."""
+    return "solution" in cell.get("metadata", {}).get("tags", [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tpviz.grading.course import release_main
+
+    return release_main(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main())

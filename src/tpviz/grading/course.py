@@ -1,0 +1,133 @@
+"""A throw-away nbgrader course directory around the book's chapters.
+
+nbgrader works on a course directory: ``source/<assignment>/<notebook>.ipynb`` (the instructor's
+version), ``release/`` (what students get), ``submitted/<student>/<assignment>/``,
+``autograded/``, ``feedback/`` and a gradebook database. tpviz makes one in a temporary folder,
+one assignment per chapter (named by the chapter's file name, e.g. ``05_zero``), runs nbgrader's
+own commands in it, and copies out only the results, through :func:`tpviz.grading.files.write_all`
+(nothing is written into the book, nothing changed since it was written is overwritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from tpviz.errors import GradingError
+from tpviz.grading import metadata
+from tpviz.grading.files import check_writable, refuse_inside, write_all
+
+DEFAULT_TIMEOUT_S = 120  # per cell, while grading; a chapter's slowest cell takes a few seconds
+
+CONFIG = """\
+# Written by tpviz.grading.course for a temporary course directory.
+from tpviz.grading.nbgrader_plugins import configure
+
+c = get_config()  # noqa: F821
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.course_id = "tpviz"
+configure(c, timeout={timeout})
+"""
+
+
+def chapters(book: Path, names: Iterable[str] | None = None) -> list[Path]:
+    """The chapter notebooks of ``book`` (all, or those named by file stem)."""
+    found = {p.stem: p for p in sorted(book.glob("[0-9]*.ipynb"))}
+    if names is None:
+        return list(found.values())
+    names = list(names)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise GradingError(f"no chapter {', '.join(missing)} in {book} (chapters: "
+                           f"{', '.join(found)})")
+    return [found[n] for n in names]
+
+
+def require_fresh_metadata(paths: Iterable[Path]) -> None:
+    stale = [str(p) for p in paths if metadata.stale(p)]
+    if stale:
+        raise GradingError(f"the nbgrader metadata of {', '.join(stale)} is stale; run "
+                           f"python -m tpviz.grading.metadata {Path(stale[0]).parent}")
+
+
+class Course:
+    """A temporary nbgrader course holding the given chapters (``with Course(...) as c``)."""
+
+    def __init__(self, chapter_paths: list[Path], *, timeout: int = DEFAULT_TIMEOUT_S):
+        require_fresh_metadata(chapter_paths)
+        self.chapters = chapter_paths
+        self.timeout = timeout
+
+    def __enter__(self) -> Course:
+        self.root = Path(tempfile.mkdtemp(prefix="tpviz-course-"))
+        (self.root / "nbgrader_config.py").write_text(
+            CONFIG.format(root=str(self.root), timeout=self.timeout))
+        for path in self.chapters:
+            dst = self.root / "source" / path.stem / path.name
+            dst.parent.mkdir(parents=True)
+            shutil.copyfile(path, dst)
+        self.nbgrader("generate_assignment", "*", "--force")  # every chapter at once
+        return self
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def nbgrader(self, *args: str, check: bool = True) -> str:
+        """Run one nbgrader command in the course; its log in the error if it fails (with
+        ``check=False``, a warning: nbgrader has gone on with the other notebooks)."""
+        # nbgrader calls `alembic` by name: put this Python's scripts first on the PATH
+        bindir = str(Path(sys.executable).parent)
+        env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+        run = subprocess.run([sys.executable, "-m", "nbgrader", *args],
+                             cwd=self.root, capture_output=True, text=True, env=env)
+        if run.returncode:
+            log = (run.stdout + run.stderr)[-3000:]
+            if not check:
+                print(f"warning: nbgrader {' '.join(args)} reported errors:\n{log}",
+                      file=sys.stderr)
+                return run.stdout + run.stderr
+            raise GradingError(f"nbgrader {' '.join(args)} failed:\n{log}")
+        return run.stdout + run.stderr
+
+    def released(self, chapter: str) -> bytes:
+        return (self.root / "release" / chapter / f"{chapter}.ipynb").read_bytes()
+
+
+def release(book: Path, out: Path, names: Iterable[str] | None = None, *,
+            force: bool = False) -> list[Path]:
+    """Write the student version of the chapters into ``out`` (``out/<chapter>.ipynb``), as
+    nbgrader's ``generate_assignment`` releases them; returns the files written."""
+    refuse_inside(out, book)
+    paths = chapters(book, names)
+    check_writable(out, [p.name for p in paths], force=force)  # before nbgrader runs
+    with Course(paths) as course:
+        files = {p.name: course.released(p.stem) for p in paths}
+    return write_all(out, files, force=force)
+
+
+def release_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tpviz.grading.student",
+        description="Write the student version of the chapters (nbgrader generate_assignment "
+        "with tpviz's stubs) into a folder outside the book.")
+    parser.add_argument("book", type=Path, help="folder of the chapter notebooks")
+    parser.add_argument("out", type=Path, help="output folder, e.g. student")
+    parser.add_argument("chapters", nargs="*", help="chapter names (default: all), e.g. 05_zero")
+    parser.add_argument("--force", action="store_true",
+                        help="replace files changed since tpviz wrote them")
+    args = parser.parse_args(argv)
+    try:
+        written = release(args.book, args.out, args.chapters or None, force=args.force)
+    except GradingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{len(written)} student notebooks written to {args.out} (unchanged ones are kept)")
+    return 0

@@ -1,0 +1,132 @@
+"""End to end with real nbgrader: a fake class of four students, two chapters.
+
+- ada answers everything right;
+- bob answers everything wrong, and in the first chapter replaces every check cell by ``pass``
+  (nbgrader restores the locked check cells, so he still scores 0);
+- cy hands in the student copies untouched (not attempted: 0, not nbgrader's full marks);
+- dee answers right, but her first chapter raises in an early cell (grading goes on) and in the
+  second her first answer loops forever (the per-cell timeout gives that exercise 0, the rest
+  are graded);
+- eve hands in a file that is not a notebook: reported, 0 points, the others are graded.
+
+Runs ``nbgrader generate_assignment``, ``autograde``, ``generate_feedback`` and ``export``
+through ``tpviz-grade``: 8 notebooks in fresh kernels plus one timeout, about 2-3 minutes on
+2 cores (measured: see the report of issue 21).
+"""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tpviz.errors import GradingError
+from tpviz.grading import metadata
+
+pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
+
+from tpviz.grading.course import release
+from tpviz.grading.grade import main
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+CHAPTERS = ["00_devices_meshes_shardings", "05_zero"]  # the two fastest chapters
+TIMEOUT_S = 20  # per cell; the slowest cell of these chapters takes about 1 s
+
+
+def _nbgrader(cell):
+    return cell["metadata"].get("nbgrader", {})
+
+
+def _answers(book_nb):
+    """grade_id of each answer cell -> its source in the book (the right answer)."""
+    return {_nbgrader(c)["grade_id"]: c["source"] for c in book_nb["cells"]
+            if _nbgrader(c).get("solution")}
+
+
+def _wrong(source: str) -> str:
+    """A wrong answer from a stub: values -1, functions that return None."""
+    source = re.sub(r"= \.\.\.", "= -1", source)
+    return re.sub(r"raise NotImplementedError\(.*\)", "return None", source)
+
+
+def _code(source):
+    return {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
+            "execution_count": None, "id": "added-by-student"}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("class")
+    release(BOOK, root / "student", CHAPTERS)
+    expected = {}  # (student, chapter, exercise) -> points
+    for n, chapter in enumerate(CHAPTERS):
+        book_nb = json.loads((BOOK / f"{chapter}.ipynb").read_text())
+        right = _answers(book_nb)
+        _, exercises = metadata.nbgrader_metadata(book_nb)
+        for student in ("ada", "bob", "cy", "dee"):
+            nb = json.loads((root / "student" / f"{chapter}.ipynb").read_text())
+            for cell in nb["cells"]:
+                meta = _nbgrader(cell)
+                source = "".join(cell["source"])
+                if meta.get("solution") and student in ("ada", "dee"):
+                    cell["source"] = right[meta["grade_id"]]
+                elif meta.get("solution") and student == "bob":
+                    cell["source"] = _wrong(source)
+                elif meta.get("grade") and student == "bob" and n == 0:
+                    cell["source"] = "pass"  # tampering with a locked check cell
+            looped = None
+            if student == "dee" and n == 0:
+                nb["cells"].insert(2, _code("raise RuntimeError('an early mistake')"))
+            if student == "dee" and n == 1:
+                first = next(c for c in nb["cells"] if _nbgrader(c).get("solution"))
+                first["source"] = "while True:\n    pass\n" + "".join(first["source"])
+                looped = first["metadata"]["nbgrader"]["grade_id"].removesuffix("_answer")
+            for ex in exercises:
+                full = student == "ada" or (student == "dee" and ex.grade_id != looped)
+                expected[(student, chapter, ex.grade_id)] = (ex.points if full else 0,
+                                                             ex.points)
+            path = root / "submissions" / student / f"{chapter}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(nb, indent=1))
+    broken = root / "submissions" / "eve" / f"{CHAPTERS[1]}.ipynb"  # not a notebook at all
+    broken.parent.mkdir()
+    broken.write_text("{ this is not JSON")
+    for ex in exercises:
+        expected[("eve", CHAPTERS[1], ex.grade_id)] = (0, ex.points)
+    code = main([str(root / "submissions"), str(root / "grades"), "--book", str(BOOK),
+                 "--timeout", str(TIMEOUT_S)])
+    assert code == 0
+    return root, expected
+
+
+def test_the_class_gets_exactly_the_expected_grades(graded):
+    root, expected = graded
+    with open(root / "grades" / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    got = {(r["student"], r["chapter"], r["exercise"]): (float(r["points"]),
+                                                         float(r["max_points"])) for r in rows}
+    assert got == expected
+    assert sum(p for p, _ in got.values()) > 0 and any(p == 0 for p, _ in got.values())
+
+
+def test_feedback_per_student(graded):
+    root, _ = graded
+    feedback = root / "grades" / "feedback"
+    for student in ("ada", "bob", "cy", "dee"):
+        page = (feedback / f"{student}.html").read_text()
+        assert f"Grades of {student}" in page
+        for chapter in CHAPTERS:
+            assert f"{student}/{chapter}.html" in page
+            assert "<html" in (feedback / student / f"{chapter}.html").read_text().lower()
+
+
+def test_grading_again_never_overwrites_edited_grades(graded):
+    root, _ = graded
+    table = root / "grades" / "grades.csv"
+    table.write_text(table.read_text() + "ada,00,manual,1,1\n")  # an instructor's edit
+    with pytest.raises(GradingError, match="--force"):
+        from tpviz.grading.grade import grade
+
+        grade(root / "submissions", root / "grades", book=BOOK)
+    assert "manual" in table.read_text()
