@@ -6,7 +6,7 @@ rooms (``plan``, ``run``, ``check``, ``draw``, ``explore``, ``exercises``) built
 ``pipeline``. ``tpviz.exercises`` gathers every checker.
 """
 
-from tpviz import core, errors, exercises, layouts, matmul, megatron, mesh2d, pipeline, zero
+from tpviz import compat, core, errors, exercises, layouts, matmul, megatron, mesh2d, pipeline, zero
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
 from tpviz.matmul import explore_matmul
@@ -17,7 +17,7 @@ from tpviz.zero import explore_zero
 
 TOPICS = ("layouts", "matmul", "megatron", "zero", "mesh2d", "pipeline")  # in chapter order
 
-__all__ = ["TOPICS", "core", "errors", "exercises", "explore_layout", "explore_matmul",
+__all__ = ["TOPICS", "compat", "core", "errors", "exercises", "explore_layout", "explore_matmul",
            "explore_megatron", "explore_mesh2d", "explore_pipeline", "explore_zero", "layouts",
            "make_mesh", "matmul", "megatron", "mesh2d", "pipeline", "setup_devices", "zero"]
 __version__ = "0.2.0"

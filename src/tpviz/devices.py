@@ -7,38 +7,39 @@ are present, else ``n`` emulated CPU devices (XLA's host platform split into ``n
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 
 import jax
 from jax.sharding import AxisType, Mesh
 
+from tpviz import compat
 from tpviz.errors import DeviceSetupError, ShardingError
 
 _chosen: list = []  # the devices setup_devices picked; make_mesh uses them by default
 
 
-def _backends_started() -> bool:
-    from jax._src import xla_bridge  # no public API tells whether a backend has started
-
-    return xla_bridge.backends_are_initialized()
-
-
-def _ask_for_cpu_devices(n: int) -> None:
-    """Ask XLA's CPU backend for ``n`` devices; only effective before any backend starts."""
-    try:
-        jax.config.update("jax_num_cpu_devices", n)
-    except AttributeError:  # older JAX: the XLA flag is the only way
-        flags = os.environ.get("XLA_FLAGS", "")
-        flag = f"--xla_force_host_platform_device_count={n}"
-        os.environ["XLA_FLAGS"] = " ".join(
-            [f for f in flags.split() if "host_platform_device_count" not in f] + [flag]
-        )
-
-
 def _describe(devices: Sequence) -> str:
     kind = devices[0].device_kind
     return f"{len(devices)} {devices[0].platform.upper()} devices ({kind})"
+
+
+def _names(devices: Sequence) -> str:
+    """``"tpu:0"``, ``"gpu:0, gpu:1"`` or ``"gpu:0 … gpu:3"``: the same on every JAX version."""
+    names = [compat.device_name(d) for d in devices]
+    return ", ".join(names) if len(names) <= 2 else f"{names[0]} … {names[-1]}"
+
+
+def _fallback_line(n: int, accelerators: Sequence) -> str:
+    """What setup_devices prints when it emulates ``n`` CPU devices, e.g. on Colab's TPU runtime:
+    ``tpviz: using 8 emulated CPU devices; this runtime's 1 TPU (tpu:0, TPU v6 lite) is fewer
+    than the 8 asked for.``"""
+    line = f"tpviz: using {n} emulated CPU devices"
+    if accelerators:
+        first = accelerators[0]
+        line += (f"; this runtime's {len(accelerators)} {first.platform.upper()} "
+                 f"({_names(accelerators)}, {first.device_kind}) "
+                 f"{'is' if len(accelerators) == 1 else 'are'} fewer than the {n} asked for")
+    return line + "."
 
 
 def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
@@ -61,22 +62,16 @@ def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise DeviceSetupError(f"setup_devices(n={n!r}): n must be a positive integer, e.g. 8.")
-    if not _backends_started():
-        _ask_for_cpu_devices(n)
+    if not compat.backends_started():
+        compat.ask_for_cpu_devices(n)
     accelerators = [d for d in jax.devices() if d.platform != "cpu"]
     cpus = jax.devices("cpu")
     if len(accelerators) >= n:
         chosen, line = accelerators[:n], f"tpviz: using {_describe(accelerators[:n])}."
     elif len(cpus) >= n:
-        chosen = cpus[:n]
-        line = f"tpviz: using {n} emulated CPU devices"
-        if accelerators:
-            line += (
-                f" (this runtime has only {len(accelerators)} "
-                f"{accelerators[0].platform.upper()} device(s), fewer than the {n} asked for)"
-            )
+        chosen, line = cpus[:n], _fallback_line(n, accelerators)
+        if accelerators:  # computations outside a mesh go to the CPU too, not the accelerator
             jax.config.update("jax_default_device", chosen[0])
-        line += "."
     else:
         raise DeviceSetupError(
             f"setup_devices({n}): JAX has already started with {len(cpus)} CPU device(s) and "
