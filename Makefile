@@ -51,6 +51,7 @@ $(COLAB)/.installed: requirements-colab.txt
 	@rm -rf $(COLAB) && $(PYTHON313) -m venv $(COLAB)
 	@echo "Installing Colab's versions into $(COLAB) (only when requirements-colab.txt changes)..."
 	@$(COLAB)/bin/python $(PIP) -r requirements-colab.txt 2>&1 | $(QUIET_PIP)
+	@$(COLAB)/bin/python -c "import jax, ipywidgets, torch, nbval, xdist"
 	@touch $@
 
 # tpviz goes in with a plain `pip install .`, as the notebooks' first cell does it on Colab;
@@ -65,6 +66,7 @@ $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
 	@echo "Installing the newest releases into $(NEWEST) (only when requirements-newest.txt changes)..."
 	@$(NEWEST)/bin/python $(PIP) --upgrade -r requirements-newest.txt 2>&1 | $(QUIET_PIP)
 	@$(NEWEST)/bin/python $(PIP) -e . 2>&1 | $(QUIET_PIP)
+	@$(NEWEST)/bin/python -c "import tpviz, jax, ipywidgets, nbval, xdist"
 	@$(NEWEST)/bin/python -m pip freeze | grep -iE '^(jax|jaxlib|numpy|ipywidgets|matplotlib)=='
 	@touch $@
 
@@ -88,7 +90,7 @@ lab: $(STAMP)
 
 clean:
 	rm -rf _build build .pytest_cache .ruff_cache
-	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
+	find . -name __pycache__ -not -path "./$(VENV)*/*" -prune -exec rm -rf {} +
 
 clean-envs:
 	rm -rf $(VENV) $(COLAB) $(NEWEST)

@@ -96,6 +96,6 @@ def test_fallback_line_names_the_accelerators_it_does_not_use():
     assert _fallback_line(8, [tpu]) == ("tpviz: using 8 emulated CPU devices; this runtime's 1 TPU "
                                         "(tpu:0, TPU v6 lite) is fewer than the 8 asked for.")
     gpus = [SimpleNamespace(platform="gpu", id=i, device_kind="Tesla T4") for i in range(4)]
-    assert _fallback_line(8, gpus) == ("tpviz: using 8 emulated CPU devices; this runtime's 4 GPU "
+    assert _fallback_line(8, gpus) == ("tpviz: using 8 emulated CPU devices; this runtime's 4 GPUs "
                                        "(gpu:0 … gpu:3, Tesla T4) are fewer than the 8 asked for.")
     assert _fallback_line(8, []) == "tpviz: using 8 emulated CPU devices."

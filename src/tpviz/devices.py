@@ -36,7 +36,8 @@ def _fallback_line(n: int, accelerators: Sequence) -> str:
     line = f"tpviz: using {n} emulated CPU devices"
     if accelerators:
         first = accelerators[0]
-        line += (f"; this runtime's {len(accelerators)} {first.platform.upper()} "
+        plural = "s" if len(accelerators) > 1 else ""
+        line += (f"; this runtime's {len(accelerators)} {first.platform.upper()}{plural} "
                  f"({_names(accelerators)}, {first.device_kind}) "
                  f"{'is' if len(accelerators) == 1 else 'are'} fewer than the {n} asked for")
     return line + "."
