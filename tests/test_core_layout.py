@@ -68,10 +68,20 @@ def test_bad_layouts_have_clear_errors(call, words):
 
 @pytest.mark.parametrize(("text", "words"),
                          [("A(I, J)", "write an array name"), ("A[I_X, J_X]", "more than one"),
-                          ("A[1_X]", "cannot read the dimension"), (42, "expected a notation")])
+                          ("A[1_X]", "cannot read the dimension"),
+                          ("A[I_model, J]", "multi-letter axis names need braces"),
+                          ("A[I_data, J]", r"I_\{data\}"),
+                          ("A[I_X1, J]", "cannot read the mesh axes 'X1'"),
+                          ("A[I_1, J]", "cannot read the mesh axes '1'"),
+                          ("A[I_Χ, J]", "Greek")])  # a Greek chi, not an X
 def test_malformed_notation(text, words):
     with pytest.raises(NotationError, match=words):
         notation.parse(text)
+
+
+def test_notation_of_the_wrong_kind_is_a_type_error():
+    with pytest.raises(TypeError, match="expected a notation string"):
+        notation.parse(42)
 
 
 def test_errors_are_value_errors_for_learners():

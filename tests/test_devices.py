@@ -29,9 +29,13 @@ def test_asking_for_more_devices_after_jax_started_says_restart():
         tpviz.setup_devices(16, verbose=False)
 
 
-@pytest.mark.parametrize("n", [0, -2, 2.5, True])
-def test_bad_device_count(n):
-    with pytest.raises(DeviceSetupError, match="positive integer"):
+@pytest.mark.parametrize(("n", "error", "words"),
+                         [(0, DeviceSetupError, "positive integer"),
+                          (-2, DeviceSetupError, "positive integer"),
+                          (2.5, TypeError, "must be an integer, got 2.5"),
+                          (True, TypeError, "must be an integer, got True")])
+def test_bad_device_count(n, error, words):
+    with pytest.raises(error, match=words):
         tpviz.setup_devices(n)
 
 

@@ -147,7 +147,7 @@ def test_matmul_checkers(capsys):
 
     passes(ex.check_all_gather_bytes, 512 * 4096 * 2, capsys=capsys)
     fails(ex.check_all_gather_bytes, 512 * 1024 * 2, words="before the all-gather")
-    fails(ex.check_all_gather_bytes, 1024 * 4096 * 2, words="whole of X")
+    fails(ex.check_all_gather_bytes, 1024 * 4096 * 2, words="whole of In")
 
     passes(ex.check_cases, {"a": 1, "b": 2, "c": 3, "d": 4}, capsys=capsys)
     fails(ex.check_cases, {"a": 1, "b": 3, "c": 3, "d": 4}, words=r"1 of 4 wrong, e.g. \(b\)")
@@ -240,7 +240,7 @@ def _conjugates(f_backward_psum=True, g_forward_psum=True, g_backward_psum=False
 
 def test_conjugates_checker(capsys):
     passes(ex.check_conjugates, *_conjugates(), capsys=capsys)
-    fails(ex.check_conjugates, *_conjugates(f_backward_psum=False), words="gradient of X")
+    fails(ex.check_conjugates, *_conjugates(f_backward_psum=False), words="gradient of In")
     fails(ex.check_conjugates, *_conjugates(g_backward_psum=True), words="4x too large")
     fails(ex.check_conjugates, *_conjugates(g_forward_psum=False), words="forward pass is wrong")
     fails(ex.check_conjugates, lambda x: x, lambda x: jax.lax.psum(x, "model"),

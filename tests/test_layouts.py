@@ -37,3 +37,37 @@ def test_palette_is_distinct():
 def test_three_dimensional_arrays_are_refused_clearly():
     with pytest.raises(ShardingError, match="1D or 2D"):
         tpviz.layouts.draw.sharding((2, 2, 2), P(), {"X": 2})
+
+
+# --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
+
+def _fails(check, *args, words):
+    from tpviz.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=words):
+        check(*args)
+
+
+def test_block_notation_checker(capsys):
+    tpviz.exercises.check_block_notation("A[I_X, J_Y]")  # [8/2, 32/4] = [4, 8]
+    assert "✓" in capsys.readouterr().out
+    _fails(tpviz.exercises.check_block_notation, "A[I_Y, J_X]", words=r"\[2, 16\] block")
+    _fails(tpviz.exercises.check_block_notation, "A[I_X, J]", words=r"\[4, 32\] block")
+    _fails(tpviz.exercises.check_block_notation, "A[I_Z, J]", words="does not fit the mesh")
+    tpviz.exercises.check_block_notation(...)
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_fit_layout_checker(capsys):
+    mib = 2**20
+    # In[B_X, D_Y]: [8192, 2048] bf16 = 32 MiB; W1[D_Y, F]: [2048, 32768] bf16 = 128 MiB
+    tpviz.exercises.check_fit_layout("In[B_X, D_Y]", "W1[D_Y, F]", 160 * mib)
+    assert "✓" in capsys.readouterr().out
+    tpviz.exercises.check_fit_layout("In[B_X, D_Y]", "W1[D_X, F_Y]", 96 * mib)  # 32 + 64
+    assert "✓" in capsys.readouterr().out
+    check = tpviz.exercises.check_fit_layout
+    _fails(check, "In[B_X, D]", "W1[D_X, F_Y]", 192 * mib, words="over the 160 MiB")  # 128 + 64
+    _fails(check, "In[B_X, D_Y]", "W1[D_X, F]", 288 * mib, words="over the 160 MiB")  # 32 + 256
+    _fails(check, "In[B_XY, D]", "W1[D, F_Y]", 160 * mib, words="over X alone")
+    _fails(check, "In[B_X, D_Y]", "W1[D_Y, F]", 320 * mib, words="bytes per device")  # 4 B/elt
+    _fails(check, "In[B_X, D_Z]", "W1[D_Y, F]", 160 * mib, words="does not fit the mesh")

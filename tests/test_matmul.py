@@ -27,15 +27,15 @@ def xw():
 
 # (x spec, w spec, reduce_scatter) -> (case, y spec, [(kind, bytes per device, group)], flops)
 CASES = [
-    ("X[B_X, D]", "W[D, F_Y]", False, 1, P("X", "Y"), [], 2 * (B // 2) * D * (F // 4)),
-    ("X[B_X, D_Y]", "W[D, F]", False, 2, P("X", None), [("all-gather", B // 2 * D * 4, 4)],
+    ("In[B_X, D]", "W1[D, F_Y]", False, 1, P("X", "Y"), [], 2 * (B // 2) * D * (F // 4)),
+    ("In[B_X, D_Y]", "W1[D, F]", False, 2, P("X", None), [("all-gather", B // 2 * D * 4, 4)],
      2 * (B // 2) * D * F),
-    ("X[B, D]", "W[D_Y, F]", False, 2, P(None, None), [("all-gather", D * F * 4, 4)], 2 * B * D * F),
-    ("X[B_X, D_Y]", "W[D_Y, F]", False, 3, P("X", None), [("all-reduce", B // 2 * F * 4, 4)],
+    ("In[B, D]", "W1[D_Y, F]", False, 2, P(None, None), [("all-gather", D * F * 4, 4)], 2 * B * D * F),
+    ("In[B_X, D_Y]", "W1[D_Y, F]", False, 3, P("X", None), [("all-reduce", B // 2 * F * 4, 4)],
      2 * (B // 2) * (D // 4) * F),
-    ("X[B_X, D_Y]", "W[D_Y, F]", True, 3, P("X", "Y"), [("reduce-scatter", B // 2 * F // 4 * 4, 4)],
+    ("In[B_X, D_Y]", "W1[D_Y, F]", True, 3, P("X", "Y"), [("reduce-scatter", B // 2 * F // 4 * 4, 4)],
      2 * (B // 2) * (D // 4) * F),
-    ("X[B, D_XY]", "W[D_XY, F]", False, 3, P(None, None), [("all-reduce", B * F * 4, 8)],
+    ("In[B, D_XY]", "W1[D_XY, F]", False, 3, P(None, None), [("all-reduce", B * F * 4, 8)],
      2 * B * (D // 8) * F),
 ]
 
@@ -58,7 +58,7 @@ def test_every_case_runs_and_compiles_to_the_plan(mesh, xw, xs, ws, rs, case, y_
 
 def test_check_catches_a_plan_that_lies(mesh, xw):
     x, w = xw
-    p = matmul.plan(x.shape, w.shape, "X[B_X, D_Y]", "W[D_Y, F]", MESH)
+    p = matmul.plan(x.shape, w.shape, "In[B_X, D_Y]", "W1[D_Y, F]", MESH)
     wrong = matmul.MatmulPlan(**{**p.__dict__, "collectives": ()})  # claims: no communication
     with pytest.raises(CheckFailed, match="the plan says"):
         matmul.check(wrong, mesh, x, w)
@@ -66,11 +66,11 @@ def test_check_catches_a_plan_that_lies(mesh, xw):
 
 @pytest.mark.parametrize(
     ("x_shape", "w_shape", "xs", "ws", "words"),
-    [((16, 32), (16, 64), "X[B, D]", "W[D, F]", "inner dimensions differ"),
-     ((16, 30), (30, 64), "X[B, D_Y]", "W[D_Y, F]", "does not divide into 4"),
-     ((16, 32), (32, 64), "X[B_X, D]", "W[D, F_X]", "case 4"),
-     ((16, 32), (32, 64), "X[B, D_X]", "W[D_Y, F]", "same axes"),
-     ((16, 32, 2), (32, 64), "X[B, D, E]", "W[D, F]", "must be matrices")],
+    [((16, 32), (16, 64), "In[B, D]", "W1[D, F]", "inner dimensions differ"),
+     ((16, 30), (30, 64), "In[B, D_Y]", "W1[D_Y, F]", "does not divide into 4"),
+     ((16, 32), (32, 64), "In[B_X, D]", "W1[D, F_X]", "case 4"),
+     ((16, 32), (32, 64), "In[B, D_X]", "W1[D_Y, F]", "same axes"),
+     ((16, 32, 2), (32, 64), "In[B, D, E]", "W1[D, F]", "must be matrices")],
 )
 def test_bad_input(x_shape, w_shape, xs, ws, words):
     with pytest.raises(ShardingError, match=words):
@@ -79,7 +79,7 @@ def test_bad_input(x_shape, w_shape, xs, ws, words):
 
 def test_reduce_scatter_only_in_case_3():
     with pytest.raises(ShardingError, match="case 3 only"):
-        matmul.plan((B, D), (D, F), "X[B_X, D]", "W[D, F]", MESH, reduce_scatter=True)
+        matmul.plan((B, D), (D, F), "In[B_X, D]", "W1[D, F]", MESH, reduce_scatter=True)
 
 
 def test_cost_model_crossover_from_the_formula():
@@ -89,7 +89,7 @@ def test_cost_model_crossover_from_the_formula():
     balance = 2 * system.flops / system.bandwidth * n
     for d, bound in [(int(balance * 0.5) // 64 * 64, "communication"),
                      (int(balance * 2) // 64 * 64, "compute")]:
-        p = matmul.plan((b, d), (d, f), "X[B, D_X]", "W[D_X, F]", {"X": n}, dtype="bf16")
+        p = matmul.plan((b, d), (d, f), "In[B, D_X]", "W1[D_X, F]", {"X": n}, dtype="bf16")
         e = cost.estimate(p.flops, p.collectives, system)
         assert e.compute_s == pytest.approx(2 * b * d * f / n / system.flops)
         assert e.comm_s == pytest.approx(2 * (n - 1) / n * 2 * b * f / system.bandwidth)  # ring
@@ -98,7 +98,7 @@ def test_cost_model_crossover_from_the_formula():
 
 
 def test_all_gather_costs_the_ring_time():
-    p = matmul.plan((1024, 4096), (4096, 4096), "X[B, D_X]", "W[D, F]", {"X": 8}, dtype="bf16")
+    p = matmul.plan((1024, 4096), (4096, 4096), "In[B, D_X]", "W1[D, F]", {"X": 8}, dtype="bf16")
     (gather,) = p.collectives
     assert gather.full_bytes == 1024 * 4096 * 2
     # a ring: 7 steps, each device sends 7/8 of the gathered array
@@ -106,17 +106,57 @@ def test_all_gather_costs_the_ring_time():
 
 
 def test_matmul_drawing_shows_all_three_arrays():
-    p = matmul.plan((B, D), (D, F), "X[B_X, D_Y]", "W[D_Y, F]", MESH)
+    p = matmul.plan((B, D), (D, F), "In[B_X, D_Y]", "W1[D_Y, F]", MESH)
     fig = tpviz.matmul.draw.figure(p, system=cost.SYSTEMS["H100 (NVLink)"])
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["X[B_X, D_Y]", "W[D_Y, F]", "Y[B_X, F]"]
+    assert titles == ["In[B_X, D_Y]", "W1[D_Y, F]", "Out[B_X, F]"]
     assert "all-reduce" in fig._suptitle.get_text() and "bound" in fig._suptitle.get_text()
 
 
 def test_explore_matmul_renders_and_compiles():
     from tpviz.matmul.explore import render_matmul
 
-    fig = render_matmul("X=2, Y=4", "X[B_X, D_Y]", "W[D_Y, F]", 256, 512, 256, "TPU v5e (ICI)",
+    fig = render_matmul("X=2, Y=4", "In[B_X, D_Y]", "W1[D_Y, F]", 256, 512, 256, "TPU v5e (ICI)",
                         True, True)
     assert any("reduce-scatter" in t.get_text() for t in fig.texts)
     assert "application/vnd.jupyter.widget-view+json" in tpviz.explore_matmul()._repr_mimebundle_()
+
+
+# --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
+
+def _fails(check, *args, words):
+    from tpviz.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=words):
+        check(*args)
+
+
+def test_latency_crossover_checker(capsys):
+    n, alpha, w = 16, 2e-6, 4.5e11
+    # 2(N-1) α = 2(N-1)/N · V / W  ⇔  V = N α W
+    tpviz.exercises.check_latency_crossover(n * alpha * w)
+    assert "✓" in capsys.readouterr().out
+    check = tpviz.exercises.check_latency_crossover
+    _fails(check, (n - 1) * alpha * w, words="2V/W")
+    _fails(check, alpha * w, words="one step of latency")
+    _fails(check, 2 * (n - 1) * alpha * w, words="not right")
+    check(...)
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_matmul_design_checker(capsys):
+    mib = 2**20
+    # In[B_X, D] · W1[D, F_Y] on {X: 2, Y: 4}: blocks [4096, 8192], [8192, 8192], [4096, 8192]
+    # in bf16 = 64 + 128 + 64 MiB; 2 · 4096 · 8192 · 8192 FLOPs at 1.97e14 FLOP/s, no collective
+    ms = 2 * 4096 * 8192 * 8192 / 1.97e14 * 1e3
+    tpviz.exercises.check_matmul_design("In[B_X, D]", "W1[D, F_Y]", 256 * mib, ms)
+    assert "✓" in capsys.readouterr().out
+    check = tpviz.exercises.check_matmul_design
+    # W1 whole on every device: 16 + 512 + 64 MiB
+    _fails(check, "In[B_XY, D]", "W1[D, F]", 592 * mib, ms, words="over the 256 MiB")
+    # case 3 over Y: 16 + 128 + an all-reduced Out[B_X, F] of 256 MiB
+    _fails(check, "In[B_X, D_Y]", "W1[D_Y, F]", 400 * mib,
+           2 * 3 / 4 * 4096 * 32768 * 2 / 9e10 * 1e3, words="over the 256 MiB")
+    _fails(check, "In[B_X, D]", "W1[D, F_Y]", 192 * mib, ms, words="bytes per device")
+    _fails(check, "In[B_X, D]", "W1[D, F_Y]", 256 * mib, 1.1 * ms, words="your time in ms")
+    _fails(check, "In[B_X, D]", "W1[D, F_X]", 256 * mib, ms, words="not a valid plan")

@@ -59,7 +59,7 @@ def test_g_is_all_reduce_forward_and_identity_backward(mesh):
 def test_sharded_model_is_exact_with_the_planned_all_reduces(mesh, data, kind, forward, step):
     x, target, params = data
     if kind == "mlp":
-        params = {k: params[k] for k in ("a", "b")}
+        params = {k: params[k] for k in ("w1", "w2")}
     c = megatron.check(kind, mesh, x, target, params, head_dim=8)
     assert c.max_error < 1e-5
     element = x.size * 4  # batch x sequence x hidden float32 elements
@@ -72,7 +72,7 @@ def test_sharded_model_is_exact_with_the_planned_all_reduces(mesh, data, kind, f
 
 def test_without_conjugate_operators_the_gradients_are_wrong(mesh, data):
     x, target, params = data
-    a, b = params["a"], params["b"]
+    a, b = params["w1"], params["w2"]
 
     def per_device(x, a, b):  # the MLP with a bare psum and no f: what f and g exist to fix
         def loss(x, a, b):
@@ -82,16 +82,16 @@ def test_without_conjugate_operators_the_gradients_are_wrong(mesh, data):
 
     gx, ga, gb = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(None, "model"), P("model", None)),
                                out_specs=(P(), P(None, "model"), P("model", None)), check_vma=False)(x, a, b)
-    _, (rx, rp) = megatron.reference_step("mlp", x, target, {"a": a, "b": b})
-    np.testing.assert_allclose(ga, N * rp["a"], rtol=1e-3, atol=1e-7)  # psum backward: N copies
-    np.testing.assert_allclose(gb, N * rp["b"], rtol=1e-3, atol=1e-7)
+    _, (rx, rp) = megatron.reference_step("mlp", x, target, {"w1": a, "w2": b})
+    np.testing.assert_allclose(ga, N * rp["w1"], rtol=1e-3, atol=1e-7)  # psum backward: N copies
+    np.testing.assert_allclose(gb, N * rp["w2"], rtol=1e-3, atol=1e-7)
     assert not np.allclose(gx, N * rx, rtol=1e-2) and not np.allclose(gx, rx, rtol=1e-2)
 
 
 def test_plan_shapes_bytes_and_communication():
     p = megatron.plan(tokens=2048, hidden=1024, ffn=4096, heads=16, devices=4, dtype="bf16")
-    assert p.weights["a"] == ((1024, 4096), (1024, 1024))
-    assert p.weights["b"] == ((4096, 1024), (1024, 1024))
+    assert p.weights["w1"] == ((1024, 4096), (1024, 1024))
+    assert p.weights["w2"] == ((4096, 1024), (1024, 1024))
     assert p.weights["wq"] == ((1024, 1024), (1024, 256))  # 4 of 16 heads, 64 dims each
     assert p.weights["wo"] == ((1024, 1024), (256, 1024))
     assert p.weight_bytes == 12 * 1024 * 1024 * 2 and p.weight_bytes_per_device == p.weight_bytes // 4
@@ -111,7 +111,73 @@ def test_plan_bad_input(args, words):
 def test_drawings_state_the_plan():
     p = megatron.plan(64, 64, 256, 8, 4, "bf16")
     fig = draw.mlp(p)
-    assert "A[64, 64] and B[64, 64] = 16,384 bytes (1/4 of the MLP)" in fig._suptitle.get_text()
-    assert [ax.get_title() for ax in fig.axes] == ["X: all", "A: columns", "H = gelu(X A)", "B: rows",
-                                                  "Z: all-reduced"]
+    assert "W1[64, 64] and W2[64, 64] = 16,384 bytes (1/4 of the MLP)" in fig._suptitle.get_text()
+    assert [ax.get_title() for ax in fig.axes] == ["In: all", "W1: columns", "Tmp = gelu(In W1)",
+                                                  "W2: rows", "Out: all-reduced"]
     assert "2 all-reduces forward (g), 2 backward (f)" in draw.timeline("block").axes[0].get_title(loc="left")
+
+
+def test_the_axis_argument_is_honoured_everywhere(data):
+    x, target, params = data
+    mesh = tpviz.make_mesh((4,), ("tp",), devices=tpviz.devices.chosen_devices()[:4])
+    mlp = {k: params[k] for k in ("w1", "w2")}
+    placed = megatron.place("mlp", mesh, mlp, axis="tp")
+    y = megatron.forward("mlp", mesh, axis="tp")(x, placed)
+    np.testing.assert_allclose(y, megatron.mlp(x, mlp["w1"], mlp["w2"]), rtol=1e-5, atol=1e-5)
+    c = megatron.check("block", mesh, x, target, params, head_dim=8, axis="tp")
+    assert [k.kind for k in c.train] == ["all-reduce"] * 4  # 2 blocks halves × (g, f)
+    assert megatron.specs("block", "tp")["wo"] == P("tp", None)
+    with pytest.raises(ShardingError, match="unknown kind 'mlpp'"):
+        megatron.specs("mlpp")
+
+
+def test_plan_flops_from_the_shapes():
+    t, s, h, n = 4096, 1024, 512, 4
+    p = megatron.plan(t, h, 4 * h, 8, n, "bf16")
+    # weight matmuls: 2 FLOPs per multiply-add, 12 H² weights split N ways; attention's QKᵀ and
+    # softmax·V: 2 · 2 · T · S · H, split by heads
+    forward = 2 * t * 12 * h * h / n + 4 * t * s * h / n
+    assert p.flops(s) == pytest.approx(forward)
+    assert p.flops(s, training=True) == pytest.approx(3 * forward)
+    assert megatron.plan(t, h, 4 * h, 8, n, kind="mlp").flops(s) == pytest.approx(
+        2 * t * 8 * h * h / n)  # the MLP alone has no attention scores
+
+
+# --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
+
+def _fails(check, *args, words):
+    from tpviz.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=words):
+        check(*args)
+
+
+def test_tp_bytes_checker(capsys):
+    v = 8 * 2048 * 12288 * 2  # one all-reduce: B · S · H bf16 values
+    tpviz.exercises.check_tp_bytes(4 * 2 * 7 / 8 * v)  # 4 ring all-reduces over 8 devices
+    assert "✓" in capsys.readouterr().out
+    check = tpviz.exercises.check_tp_bytes
+    _fails(check, 4 * v, words="size of the arrays")
+    _fails(check, 2 * 2 * 7 / 8 * v, words="forward pass only")  # or 4 all-gathers
+    _fails(check, 4 * 2 * v, words="large-N limit")
+    _fails(check, 4 * 2 * 3 / 4 * v, words="not right")  # the ring of 4 devices
+    check(...)
+    assert "not attempted" in capsys.readouterr().out
+
+
+def _tp_ratio(n, h=5120, t=8 * 2048, s=2048):
+    comm = 4 * 2 * (n - 1) / n * t * h * 2 / 4.5e11  # 4 ring all-reduces on H100 NVLink
+    compute = 3 * (2 * t * 12 * h * h / n + 4 * t * s * h / n) / 9.89e14
+    return 100 * comm / compute  # percent
+
+
+def test_tp_degree_checker(capsys):
+    weights = 40 * 12 * 5120**2 * 2  # GPT-3 13B blocks in bf16
+    tpviz.exercises.check_tp_degree(4, weights / 4, _tp_ratio(4))
+    assert "✓" in capsys.readouterr().out
+    check = tpviz.exercises.check_tp_degree
+    _fails(check, 2, weights / 2, _tp_ratio(2), words="over 10 GB")
+    _fails(check, 8, weights / 8, _tp_ratio(8), words="over 50 %")
+    _fails(check, 4, weights, _tp_ratio(4), words="weight bytes")
+    _fails(check, 4, weights / 4, 2 * _tp_ratio(4), words="communication / compute")
+    _fails(check, 16, weights / 16, _tp_ratio(16), words="1, 2, 4 or 8")

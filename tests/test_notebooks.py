@@ -86,6 +86,15 @@ def test_every_citation_is_in_the_bibliography(path):
             assert f"{{{key.strip()}," in bib, key
 
 
+def test_the_bibliography_parses_without_duplicates():
+    pybtex = pytest.importorskip("pybtex.database", reason="pybtex comes with the book's tools (make test); the colab and newest environments test the library")
+
+    text = (ROOT / "references.bib").read_text()
+    keys = re.findall(r"^@\w+\{([^,]+),", text, re.M)
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    assert len(pybtex.parse_string(text, "bibtex").entries) == len(keys)
+
+
 def write_first_cells() -> None:
     """Replace the install cell (the first code cell) of every chapter with FIRST_CELL."""
     for path in NOTEBOOKS:

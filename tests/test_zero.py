@@ -39,10 +39,10 @@ def test_smallest_devices():
 
 
 @pytest.mark.parametrize(("call", "words"), [
-    (lambda: zero.memory(1e9, 8, 4), "stage must be 0, 1, 2 or 3"),
-    (lambda: zero.memory(-1, 8, 1), "params must be a positive number"),
+    (lambda: zero.memory(1e9, 8, 4), "stage = 4 is not one of the choices: 0, 1, 2, 3"),
+    (lambda: zero.memory(-1, 8, 1), "params must be positive"),
     (lambda: zero.memory(1e9, 0, 1), "devices must be a positive integer"),
-    (lambda: zero.communication(1e9, 8, 1, param_bytes=0), "param_bytes must be a positive"),
+    (lambda: zero.communication(1e9, 8, 1, param_bytes=0), "param_bytes must be positive"),
 ])
 def test_bad_input(call, words):
     with pytest.raises(zero.ZeroError, match=words):

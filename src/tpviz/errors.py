@@ -9,6 +9,8 @@ traceback from deep inside the library or JAX).
 
 from __future__ import annotations
 
+import traceback
+
 
 class TpvizError(Exception):
     """Base class of the library's errors; renders without a traceback in IPython."""
@@ -51,3 +53,23 @@ class ArgumentTypeError(TpvizError, TypeError):
 
 class CheckFailed(TpvizError, AssertionError):
     """A sharded run or a compiled program differs from its reference or from the plan."""
+
+
+class WorkerError(TpvizError, ValueError, RuntimeError):
+    """A worker process (``tpviz.collectives.torch_run.launch``) raised or died."""
+
+
+class WorkerTimeout(WorkerError, TimeoutError):
+    """Worker processes that did not finish in time (often a deadlock in a collective)."""
+
+
+def describe(e: BaseException) -> str:
+    """An exception in one line: ``Type: first line of its message``; for one without a
+    message (a bare ``assert``), the line of code that raised it."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if not first:
+        frames = traceback.extract_tb(e.__traceback__)
+        if frames:
+            last = frames[-1]
+            first = f"(no message) at line {last.lineno}: {(last.line or '').strip()}"
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__

@@ -19,8 +19,9 @@ permute        its buffer               1            its buffer
 ============== ======================== ============ =========================================
 
 In an all-to-all each device keeps 1/n of its buffer and sends the rest, a piece to each peer.
-Time is the α–β model: ``steps · α + sent / β``, with β the bytes per second one device sends
-into the collective (its egress bandwidth on the links the group uses).
+Time is the α–β model: ``steps · α + sent / W``, with α the latency of one step and W the
+bytes per second one device sends, in one direction, into the collective (its egress bandwidth
+on the links the group uses; the "β" of the α–β model's name). See :mod:`tpviz.core.cost`.
 """
 
 from __future__ import annotations

@@ -19,13 +19,15 @@ class System:
 
     Attributes:
         flops: peak dense bf16 FLOP/s of one device.
-        bandwidth: W, bytes/s one device sends (one direction) in a collective over one mesh
-            axis: on a TPU torus axis its two links (one each way round the ring), on a GPU its
-            NVLink bandwidth into the switch.
+        bandwidth: W, bytes/s one device sends (one direction: its egress, not egress plus
+            ingress) into a collective over one mesh axis: on a TPU torus axis with wraparound
+            its two links together, one each way round the ring; on a GPU its NVLink egress
+            into the switch. A ring collective sends ``Collective.sent_bytes`` at this rate.
         source: where the numbers come from (a key of ``references.bib``).
         node: devices that share the fast link (0: all of them, as on a TPU pod's ICI).
         between_nodes: bytes/s one device sends to other nodes (used when ``node`` is set).
-        latency: α, seconds per step of a collective algorithm.
+        latency: α, seconds per step of a collective algorithm (0 in the presets: no cited
+            value; the time is then bandwidth-only).
     """
 
     name: str
@@ -37,16 +39,25 @@ class System:
     latency: float = 0.0
 
 
+# W in every preset follows the one definition above: the bytes per second ONE device SENDS
+# (one direction) into a collective over one mesh axis. α (``latency``) is left at 0 in every
+# preset: we found no published per-step latency for these links that we could cite; pass your
+# own measured α to ``System(..., latency=...)``.
 SYSTEMS = {
-    # TPU numbers: the Scaling Book's tables; W = bidirectional ICI bandwidth of one axis
+    # TPU v5e: 197 TFLOP/s bf16; ICI 4.5e10 B/s per link and direction (the Scaling Book's TPU
+    # table, austin2025scaling). Along a torus axis with wraparound a chip sends over two links,
+    # one each way round the ring: W = 2 x 4.5e10 = 9e10 (the book's "bidirectional" figure).
     "TPU v5e (ICI)": System("TPU v5e (ICI)", 1.97e14, 9.0e10, "austin2025scaling"),
+    # TPU v5p: 459 TFLOP/s bf16; ICI 9e10 B/s per link and direction; W = 2 x 9e10 = 1.8e11.
     "TPU v5p (ICI)": System("TPU v5p (ICI)", 4.59e14, 1.8e11, "austin2025scaling"),
-    # H100 SXM: 989 TFLOP/s dense bf16; NVLink 4 900 GB/s in both directions = 450 GB/s each way
+    # H100 SXM: 989 TFLOP/s dense bf16; NVLink 4: 900 GB/s counting both directions, so one GPU
+    # sends 450 GB/s into the NVSwitch fabric (nvidia2023h100): W = 4.5e11.
     "H100 (NVLink)": System("H100 (NVLink)", 9.89e14, 4.5e11, "nvidia2023h100"),
-    # the same GPU in a box whose only link is PCIe 4.0 x16: 16 GT/s x 16 lanes ≈ 31.5 GB/s
+    # a hypothetical box: the same GPU whose only link is PCIe 4.0 x16, 16 GT/s x 16 lanes x
+    # 128/130 / 8 = 31.5 GB/s in each direction (pcisig2017pcie4): W = 3.15e10.
     "H100 (PCIe 4.0 x16)": System("H100 (PCIe 4.0 x16)", 9.89e14, 3.15e10, "pcisig2017pcie4"),
-    # a cluster of 8-GPU H100 nodes: NVLink inside a node, one 400 Gb/s InfiniBand NIC per GPU
-    # (50 GB/s each way) between nodes; the Scaling Book's GPU chapter
+    # a cluster of 8-GPU H100 nodes: NVLink (W = 4.5e11) inside a node, one 400 Gb/s
+    # InfiniBand NIC per GPU between nodes, 50 GB/s each way (the Scaling Book's GPU chapter)
     "H100 cluster (NVLink + InfiniBand)": System("H100 cluster (NVLink + InfiniBand)", 9.89e14,
                                                  4.5e11, "austin2025scaling", node=8,
                                                  between_nodes=5.0e10),

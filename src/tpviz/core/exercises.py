@@ -9,13 +9,24 @@ yet", and reports any exception raised by the learner's code in plain words.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import math
-from collections.abc import Callable
+import numbers
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from tpviz.errors import describe
+
 NOT_ATTEMPTED = "not attempted yet"
+TIME_LIMIT_S = 15  # a learner's function runs at most this long inside a checker (a guard
+# against endless loops: the slowest right answer, a shard_map compile, takes 1-3 s)
+OUTPUT_LIMIT = 2000  # characters of the learner's printed output shown by a checker
 
 
 class Wrong(Exception):
@@ -41,32 +52,103 @@ def is_stub(value) -> bool:
     return value is ... or value is NotImplemented
 
 
+class _TimeUp(BaseException):  # not an Exception: the learner's code cannot catch it by accident
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt the block after ``seconds`` with :class:`_TimeUp` (a SIGALRM timer: Jupyter,
+    Colab and pytest run cells in the main thread of a Unix process; elsewhere no limit)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def expire(*_):
+        raise _TimeUp
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def capped_output(limit: int = OUTPUT_LIMIT) -> Iterator[None]:
+    """Collect what the block prints, then show at most ``limit`` characters of it."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            yield
+    finally:
+        text = buffer.getvalue()
+        if text:
+            cut = len(text) - limit
+            sys.stdout.write(text[:limit] + (f"\n… ({cut:,} more characters of your output "
+                                             "not shown)\n" if cut > 0 else ""))
+
+
 def call(fn: Callable, *args, what: str = "your function"):
-    """Call the learner's ``fn``; turn its exceptions into a :class:`Wrong` message."""
+    """Call the learner's ``fn`` once, under a time limit and with its printing capped; turn its
+    exceptions into a :class:`Wrong` message."""
     if is_stub(fn):
         raise NotAttempted
     if not callable(fn):
         raise Wrong(f"{what} should be a function, but it is a {type(fn).__name__}.",
                     "Pass the function itself (its name without parentheses).")
     try:
-        return fn(*args)
+        with capped_output(), time_limit(TIME_LIMIT_S):
+            return fn(*args)
+    except _TimeUp:
+        raise Wrong(f"{what} ran for more than {TIME_LIMIT_S} s and was stopped.",
+                    "Look for a loop that never ends, or use smaller arrays.") from None
     except NotImplementedError:
         raise NotAttempted from None
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise Wrong(f"{what} raised {type(e).__name__}: {first}",
+        raise Wrong(f"{what} raised {describe(e)}",
                     "Run it on its own in a new cell to see the full error.") from None
+
+
+def as_integer(value, what: str = "your answer") -> int:
+    """An exact integer from an int, a NumPy or JAX integer scalar; :class:`Wrong` otherwise
+    (strings, bools and floats such as 3.9 are not silently rounded)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():
+        value = np.asarray(value).item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise Wrong(f"{what} should be a whole number, but it is {value!r} "
+                    f"({type(value).__name__}).")
+    return int(value)
+
+
+def as_number(value, what: str = "your answer") -> float:
+    """A float from any real number: int, float, ``Fraction``, NumPy or JAX scalar (or a 0-d
+    array); :class:`Wrong` for anything else (a string, a bool, an array of several values)."""
+    if is_stub(value):
+        raise NotAttempted
+    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():
+        value = np.asarray(value).item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise Wrong(f"{what} should be a number, but it is {value!r} ({type(value).__name__}).")
+    return float(value)
 
 
 def expect_number(value, expected: float, *, what: str = "your answer", rel: float = 1e-6,
                   hint: str = "") -> None:
     """The answer is a number equal to ``expected`` (within a relative tolerance)."""
-    if is_stub(value):
-        raise NotAttempted
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise Wrong(f"{what} should be a number, but it is {value!r}.", hint)
-    if not math.isclose(float(value), expected, rel_tol=rel, abs_tol=rel):
-        raise Wrong(f"{what} is {value:,}, which is not right.", hint)
+    try:
+        got = as_number(value, what)
+    except Wrong as w:
+        raise Wrong(w.message, hint) from None
+    if not math.isclose(got, expected, rel_tol=rel, abs_tol=rel):
+        raise Wrong(f"{what} is {got:,.6g}, which is not right.", hint)
 
 
 def expect_array(value, expected, *, what: str = "your result", rtol: float = 1e-5,

@@ -15,8 +15,9 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from tpviz.core import validate as _validate  # the module of argument checks
 from tpviz.core.notation import as_spec, axes_of
-from tpviz.errors import ShardingError
+from tpviz.errors import ArgumentTypeError, ShardingError
 
 MeshShape = Mapping[str, int]
 
@@ -40,7 +41,7 @@ def dtype_size(dtype) -> int:
     return dtype_of(dtype).itemsize
 
 
-def validate(shape: Sequence[int], spec, mesh_shape: MeshShape) -> PartitionSpec:
+def validate_spec(shape: Sequence[int], spec, mesh_shape: MeshShape) -> PartitionSpec:
     """Validate that ``spec`` can shard an array of ``shape`` over ``mesh_shape``; return the spec.
 
     Raises:
@@ -48,7 +49,8 @@ def validate(shape: Sequence[int], spec, mesh_shape: MeshShape) -> PartitionSpec
             dimension not divisible by the product of its mesh axes.
     """
     spec = as_spec(spec)
-    shape = tuple(shape)
+    shape = array_shape("shape", shape)
+    mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
     if len(spec) > len(shape):
         raise ShardingError(
             f"the spec {spec} has {len(spec)} entries but the array has only {len(shape)} "
@@ -78,9 +80,21 @@ def validate(shape: Sequence[int], spec, mesh_shape: MeshShape) -> PartitionSpec
     return spec
 
 
+def array_shape(name: str, shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints, with a clear error for anything else."""
+    if isinstance(shape, str) or not hasattr(shape, "__iter__"):
+        raise ArgumentTypeError(f"{name} must be a tuple of sizes such as (8, 16), got "
+                                f"{type(shape).__name__} {shape!r}.")
+    return tuple(_validate.integer(f"{name}[{i}]", s, minimum=0) for i, s in enumerate(shape))
+
+
 def shard_shape(shape: Sequence[int], spec, mesh_shape: MeshShape) -> tuple[int, ...]:
-    """The shape of the block each device holds: every dimension divided by its mesh axes."""
-    spec = validate(shape, spec, mesh_shape)
+    """The shape of the block each device holds: every dimension divided by its mesh axes.
+
+    ``mesh_shape`` maps axis names to sizes (a ``jax.sharding.Mesh`` works too)."""
+    mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
+    spec = validate_spec(shape, spec, mesh_shape)
+    shape = tuple(int(s) for s in shape)
     entries = list(spec) + [None] * (len(shape) - len(spec))
     return tuple(
         size // math.prod(mesh_shape[a] for a in axes_of(e))
@@ -96,6 +110,7 @@ def bytes_per_device(shape: Sequence[int], dtype, spec, mesh_shape: MeshShape) -
 
 def replication(spec, mesh_shape: MeshShape) -> int:
     """How many devices hold each block: the product of the mesh axes the spec does not use."""
+    mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
     used = {a for e in as_spec(spec) for a in axes_of(e)}
     return math.prod(s for a, s in mesh_shape.items() if a not in used)
 
@@ -114,7 +129,9 @@ def blocks(shape: Sequence[int], spec, mesh_shape: MeshShape) -> list[Block]:
 
     A dimension split over several axes ``(X, Y)`` is numbered ``X`` major: block ``x * |Y| + y``.
     """
-    spec = validate(shape, spec, mesh_shape)
+    mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
+    spec = validate_spec(shape, spec, mesh_shape)
+    shape = tuple(int(s) for s in shape)
     entries = list(spec) + [None] * (len(shape) - len(spec))
     local = shard_shape(shape, spec, mesh_shape)
     names = list(mesh_shape)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
-from tpviz.errors import NotationError
+from tpviz.errors import ArgumentTypeError, NotationError
 
 DIM_LETTERS = "IJKLMN"
 
@@ -38,7 +38,25 @@ class Notation:
 
 
 _ARRAY_RE = re.compile(r"^\s*([A-Za-z][\w']*)\s*\[(.*)\]\s*$")
-_DIM_RE = re.compile(r"^([A-Za-z][\w]*?)(?:_(\{[^}]*\}|[A-Za-z]+))?$")
+_DIM_RE = re.compile(r"^([^\W\d_][^\W_]*)(?:_(.+))?$")  # a name, then _ and its mesh axes
+
+
+def _axes(sub: str, part: str, notation: str) -> tuple[str, ...]:
+    """The mesh axes of one dimension's subscript: ``{data,model}``, ``XY`` or ``x``."""
+    if sub.startswith("{") and sub.endswith("}"):
+        return tuple(a.strip() for a in sub[1:-1].split(",") if a.strip())
+    if re.fullmatch(r"[A-Z]+|[a-z]", sub):
+        return tuple(sub)  # single-letter axis names, concatenated: XY -> (X, Y)
+    if re.fullmatch(r"[A-Za-z]+", sub):
+        raise NotationError(
+            f"{part!r} in {notation!r}: multi-letter axis names need braces, e.g. "
+            f"'{part.split('_')[0]}_{{{sub}}}' for the mesh axis {sub!r} ('I_XY' means two axes, "
+            "X and Y).")
+    raise NotationError(
+        f"cannot read the mesh axes {sub!r} of {part!r} in {notation!r}: mesh axes are single "
+        "ASCII letters ('I_X', 'I_XY') or names in braces ('I_{data}', 'I_{x1,y}')"
+        + (" — a non-ASCII letter such as Greek Χ looks like X but is not it" if not sub.isascii()
+           else "") + ".")
 
 
 def parse(notation: str) -> Notation:
@@ -48,7 +66,8 @@ def parse(notation: str) -> Notation:
         NotationError: the string is not of the form ``NAME[DIM_AXES, ...]``.
     """
     if not isinstance(notation, str):
-        raise NotationError(f"expected a notation string such as 'A[I_X, J]', got {notation!r}.")
+        raise ArgumentTypeError(f"expected a notation string such as 'A[I_X, J]', got "
+                                f"{type(notation).__name__} {notation!r}.")
     m = _ARRAY_RE.match(notation)
     if not m:
         raise NotationError(
@@ -65,12 +84,7 @@ def parse(notation: str) -> Notation:
                 "followed by _ and the mesh axes, e.g. 'I', 'I_X', 'I_XY' or 'I_{data,model}'."
             )
         letter, sub = d.groups()
-        if sub is None:
-            axes: tuple[str, ...] = ()
-        elif sub.startswith("{"):
-            axes = tuple(a.strip() for a in sub[1:-1].split(",") if a.strip())
-        else:
-            axes = tuple(sub)  # single-letter axis names, concatenated: XY -> (X, Y)
+        axes = () if sub is None else _axes(sub, part, notation)
         dims.append(letter)
         entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
     spec = PartitionSpec(*entries)

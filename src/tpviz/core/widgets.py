@@ -16,8 +16,8 @@ from IPython.display import HTML, Image, display
 from matplotlib.figure import Figure
 
 from tpviz import compat
-from tpviz.core import figures
-from tpviz.errors import TpvizError
+from tpviz.core import figures, validate
+from tpviz.errors import ArgumentError, ArgumentTypeError, TpvizError
 
 STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
                "(Jupyter, Colab or Binder).")
@@ -95,3 +95,78 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendere
 
 
 STYLE = {"description_width": "initial"}
+
+
+# --- controls that check the value they start with ----------------------------------------------
+
+class Controls:
+    """Controls of one explorer, each starting at the explorer's argument: a value the control
+    cannot show is refused (never clamped silently), naming the explorer and the argument.
+
+    Example: ``c = Controls("explore_zero"); c.int_slider("stage", stage, 0, 3, "ZeRO stage")``.
+    """
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def _refuse(self, name: str, value, allowed: str) -> ArgumentError:
+        return ArgumentError(f"{self.where}({name}={value!r}): {allowed}.")
+
+    def _choice(self, name: str, value, options: list):
+        try:
+            return validate.choice(name, value, options)
+        except ArgumentError as e:
+            raise ArgumentError(f"{self.where}: {e}") from None
+
+    def dropdown(self, name: str, value, options, description: str) -> widgets.Dropdown:
+        """A drop-down list starting at ``value``, which must be one of ``options``."""
+        options = list(options)
+        return widgets.Dropdown(options=options, value=self._choice(name, value, options),
+                                description=description, style=STYLE)
+
+    def select_slider(self, name: str, value, options, description: str
+                      ) -> widgets.SelectionSlider:
+        """A slider over the values ``options``, starting at ``value`` (one of them)."""
+        options = list(options)
+        return widgets.SelectionSlider(options=options, value=self._choice(name, value, options),
+                                       description=description, style=STYLE)
+
+    def int_slider(self, name: str, value, lo: int, hi: int, description: str
+                   ) -> widgets.IntSlider:
+        """An integer slider over ``lo…hi`` starting at ``value``."""
+        value = validate.integer(f"{self.where}: {name}", value, minimum=None)
+        if not lo <= value <= hi:
+            raise self._refuse(name, value, f"choose a value from {lo} to {hi}")
+        return widgets.IntSlider(value=value, min=lo, max=hi, description=description,
+                                 style=STYLE)
+
+    def float_slider(self, name: str, value, lo: float, hi: float, step: float,
+                     description: str) -> widgets.FloatSlider:
+        """A slider of numbers over ``lo…hi`` in steps of ``step``, starting at ``value``."""
+        value = validate.number(f"{self.where}: {name}", value)
+        if not lo <= value <= hi:
+            raise self._refuse(name, value, f"choose a value from {lo:g} to {hi:g}")
+        return widgets.FloatSlider(value=value, min=lo, max=hi, step=step,
+                                   description=description, style=STYLE)
+
+    def number_box(self, name: str, value, lo: float, hi: float, description: str
+                   ) -> widgets.BoundedFloatText:
+        """A box for a number in ``lo…hi``, starting at ``value``."""
+        value = validate.number(f"{self.where}: {name}", value)
+        if not lo <= value <= hi:
+            raise self._refuse(name, value, f"choose a value from {lo:g} to {hi:g}")
+        return widgets.BoundedFloatText(value=value, min=lo, max=hi, description=description,
+                                        style=STYLE)
+
+    def text_box(self, name: str, value, description: str) -> widgets.Text:
+        """A text box (read when Enter is pressed), starting at ``value``."""
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"{self.where}({name}={value!r}): expected a string.")
+        return widgets.Text(value=value, description=description, continuous_update=False,
+                            style=STYLE)
+
+    def checkbox(self, name: str, value, description: str) -> widgets.Checkbox:
+        """A check box, ticked when ``value`` is True."""
+        if not isinstance(value, bool):
+            raise ArgumentTypeError(f"{self.where}({name}={value!r}): expected True or False.")
+        return widgets.Checkbox(value=value, description=description)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 from matplotlib.figure import Figure
 
-from tpviz.core import layout
+from tpviz.core import layout, validate
 from tpviz.core.figures import blocks_figure
 from tpviz.core.notation import as_spec, to_notation
 
@@ -38,7 +39,15 @@ def sharding(shape: Sequence[int], spec, mesh_shape: layout.MeshShape, *, name: 
 
 
 def array(x, *, name: str = "A", ax=None) -> Figure:
-    """Draw a real ``jax.Array``: its blocks and the ids of the devices that hold them."""
+    """Draw a real ``jax.Array``: its blocks and the ids of the devices that hold them.
+
+    Raises:
+        ArgumentTypeError: ``x`` is not a ``jax.Array`` (a NumPy array has no devices: place it
+            with ``jax.device_put`` first, or draw a plan with :func:`sharding`).
+    """
+    validate.instance("x", x, jax.Array, "a jax.Array placed on devices",
+                      "Place it with jax.device_put(x, NamedSharding(mesh, spec)), or draw the "
+                      "plan with tpviz.layouts.draw.sharding(shape, spec, mesh_shape).")
     held: dict[tuple, list[int]] = {}
     for device, index in x.sharding.devices_indices_map(x.shape).items():
         key = tuple((s.start or 0, x.shape[i] if s.stop is None else s.stop)

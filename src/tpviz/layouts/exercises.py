@@ -7,12 +7,25 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from tpviz.core import compiled, layout
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number
+from tpviz.core.exercises import (
+    NotAttempted,
+    Wrong,
+    as_integer,
+    as_number,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    is_stub,
+)
+from tpviz.core.notation import axes_of, parse
+from tpviz.errors import TpvizError
 
 
 @checker("Bytes per device")
 def check_bytes_per_device(answer) -> str:
     """bf16[4096, 8192] sharded A[I_X, J_Y] on the mesh {X: 2, Y: 4}."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     shape, mesh = (4096, 8192), {"X": 2, "Y": 4}
     expected = layout.bytes_per_device(shape, "bf16", "A[I_X, J_Y]", mesh)
     elements = expected // 2
@@ -36,10 +49,10 @@ def check_holders(answer) -> str:
     mesh = {"X": 2, "Y": 4}
     expected = {d for b in layout.blocks((8, 8), "A[I_X, J]", mesh) if b.index[0] == 0
                 for d in b.devices}
-    try:
-        got = {int(d) for d in answer}
-    except (TypeError, ValueError):
-        raise Wrong(f"give a set of device numbers such as {{0, 1}}, not {answer!r}.") from None
+    if isinstance(answer, str) or not hasattr(answer, "__iter__"):
+        raise Wrong(f"give a set of device numbers such as {{0, 1}}, not {answer!r}.")
+    items = np.asarray(answer).ravel().tolist() if hasattr(answer, "shape") else list(answer)
+    got = {as_integer(d, "each device number") for d in items}
     if got == {0, 4}:
         raise Wrong("{0, 4} would be the devices of X's first column; the mesh is row-major.",
                     "Device k sits at mesh position (k // 4, k % 4): X is the first coordinate.")
@@ -62,6 +75,10 @@ def check_rows_over_mesh(x_sharded, x) -> str:
     expect_array(x_sharded, np.asarray(x), what="x_sharded",
                  hint="device_put should only move x, not change it.")
     mesh = x_sharded.sharding.mesh
+    if mesh.size != 8 or len(x_sharded.sharding.device_set) != 8:
+        raise Wrong(f"x_sharded sits on {len(x_sharded.sharding.device_set)} devices of a mesh "
+                    f"{dict(mesh.shape)}; the exercise asks for all 8 devices as a (2, 4) mesh.",
+                    "Make the mesh with tpviz.make_mesh((2, 4), ('X', 'Y')).")
     want = NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
     local = x_sharded.addressable_shards[0].data.shape
     wanted = layout.shard_shape(x.shape, want.spec, dict(mesh.shape))
@@ -79,13 +96,16 @@ def check_rows_over_mesh(x_sharded, x) -> str:
 @checker("A global sum with one all-reduce")
 def check_total(total, x) -> str:
     """``total(x)`` under ``jax.shard_map``: the sum of all elements, one all-reduce of a scalar."""
-    result = call(total, x, what="total(x)")
+    program = call(compiled.compile_for, total, x, what="total(x)")  # traces it once
+    result = call(program, x, what="total(x)")
     if np.shape(result) != ():
         raise Wrong(f"total(x) has shape {np.shape(result)}; a sum is a scalar.",
-                    "Sum the whole block (block.sum()) and psum that; use out_specs=P().")
+                    "Reduce the block to one number before communicating, and check that "
+                    "out_specs says the result is the same on every device.")
     expect_array(result, np.float32(np.asarray(x).sum()), what="total(x)", rtol=1e-4,
-                 hint="Each device sums its own block; jax.lax.psum(…, 'X') adds the blocks' sums.")
-    found = compiled.collectives(total, x)
+                 hint="What can each device compute from its own block alone, and which "
+                      "collective then combines the devices' results?")
+    found = compiled.collectives(program)
     if found.kinds() != {"all-reduce": 1}:
         raise Wrong(f"the compiled program holds {dict(found.kinds())}; expected one all-reduce.",
                     "Use exactly one jax.lax.psum over 'X'.")
@@ -93,5 +113,61 @@ def check_total(total, x) -> str:
     if op.bytes != np.dtype(x.dtype).itemsize:
         raise Wrong(f"your all-reduce moves a {op.dtype}{list(op.shape)} array ({op.bytes} bytes "
                     "per device); a single number would do.",
-                    "Sum the block locally first, then psum that one number.")
+                    "What could each device do to its block before the all-reduce?")
     return f"One all-reduce of {op.bytes} bytes over {op.group_size} devices."
+
+
+@checker("Notation for a block")
+def check_block_notation(answer) -> str:
+    """The notation of a [8, 32] array on the mesh {X: 2, Y: 4} in which every device holds a
+    different [4, 8] block."""
+    shape, mesh = (8, 32), {"X": 2, "Y": 4}
+    if is_stub(answer):
+        raise NotAttempted
+    if not isinstance(answer, str):
+        raise Wrong(f"give a notation string such as 'A[I_X, J]', not {answer!r}.")
+    try:
+        block = layout.shard_shape(shape, parse(answer).spec, mesh)
+    except TpvizError as e:
+        raise Wrong(f"{answer!r} does not fit the mesh: {e}",
+                    "Use the mesh axes X and Y, each at most once.") from None
+    if block != (4, 8):
+        raise Wrong(f"{answer} gives each device a {list(block)} block, not [4, 8].",
+                    "How many ways must the rows be cut to leave 4 of 8? The columns, to leave "
+                    "8 of 32? Which mesh axis has that size?")
+    return f"{answer}: 8 different [4, 8] blocks, one per device, no copies."
+
+
+_FIT_MESH = {"X": 2, "Y": 4}
+_FIT_SHAPES = {"In": (16384, 8192), "W1": (8192, 32768)}  # bf16: 256 MiB and 512 MiB
+FIT_BUDGET = 160 * 2**20  # bytes per device for the two arrays together
+
+
+@checker("Fit two arrays on a mesh")
+def check_fit_layout(in_notation, w_notation, bytes_per_device) -> str:
+    """Design: lay out In = bf16[16384, 8192] (rows = the batch, split over X and nothing else)
+    and W1 = bf16[8192, 32768] on the mesh {X: 2, Y: 4} so that each device holds at most
+    160 MiB of the two together; report the bytes one device holds."""
+    if any(is_stub(v) for v in (in_notation, w_notation, bytes_per_device)):
+        raise NotAttempted
+    held = 0
+    for name, text in (("In", in_notation), ("W1", w_notation)):
+        if not isinstance(text, str):
+            raise Wrong(f"give the layout of {name} as a notation string, not {text!r}.")
+        try:
+            spec = parse(text).spec
+            held += layout.bytes_per_device(_FIT_SHAPES[name], "bf16", spec, _FIT_MESH)
+        except TpvizError as e:
+            raise Wrong(f"{text!r} does not fit the mesh: {e}") from None
+        if name == "In" and tuple(axes_of(spec[0] if len(spec) else None)) != ("X",):
+            raise Wrong(f"{text} does not split the batch (the rows of In) over X alone.",
+                        "Data parallelism over X: the rows of In go over X and over no other axis.")
+    expect_number(bytes_per_device, held, what="your bytes per device",
+                  hint="For each array: its block's elements (each dimension divided by the "
+                       "sizes of its mesh axes) × 2 bytes; then add the two.")
+    if held > FIT_BUDGET:
+        raise Wrong(f"{held / 2**20:,.0f} MiB per device is over the 160 MiB budget.",
+                    "Which of the two can still be cut further? Axes the batch does not use "
+                    "can split the other dimension of In, and both dimensions of W1.")
+    return (f"{in_notation} and {w_notation}: {held / 2**20:,.0f} MiB per device, within the "
+            "160 MiB budget.")

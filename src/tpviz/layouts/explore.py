@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from tpviz.core.notation import parse
-from tpviz.core.widgets import STYLE, Live, live
+from tpviz.core.widgets import Controls, Live, live
 from tpviz.layouts.draw import sharding
 
 MESHES = {"X=8": {"X": 8}, "X=2, Y=4": {"X": 2, "Y": 4}, "X=4, Y=2": {"X": 4, "Y": 2},
@@ -22,14 +21,13 @@ def render_layout(mesh: str, notation: str, rows: int, cols: int, dtype: str) ->
 def explore_layout(mesh: str = "X=2, Y=4", notation: str = "A[I_X, J_Y]", rows: int = 8,
                    cols: int = 16, dtype: str = "float32") -> Live:
     """Mesh shape and sharding notation → the layout drawing and the bytes each device holds."""
+    c = Controls("explore_layout")
     controls = {
-        "mesh": widgets.Dropdown(options=list(MESHES), value=mesh, description="mesh", style=STYLE),
-        "notation": widgets.Text(value=notation, description="sharding", continuous_update=False,
-                                 style=STYLE),
-        "dtype": widgets.Dropdown(options=["float32", "bf16", "int8"], value=dtype,
-                                  description="dtype", style=STYLE),
-        "rows": widgets.IntSlider(value=rows, min=1, max=32, description="rows", style=STYLE),
-        "cols": widgets.IntSlider(value=cols, min=1, max=32, description="columns", style=STYLE),
+        "mesh": c.dropdown("mesh", mesh, MESHES, "mesh"),
+        "notation": c.text_box("notation", notation, "sharding"),
+        "dtype": c.dropdown("dtype", dtype, ["float32", "bf16", "int8"], "dtype"),
+        "rows": c.int_slider("rows", rows, 1, 32, "rows"),
+        "cols": c.int_slider("cols", cols, 1, 32, "columns"),
     }
     return live(controls, render_layout)
 

@@ -31,7 +31,7 @@ def check(p: MatmulPlan, mesh, x, w) -> Check:
     """
     reference = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
     programs = [compiled.compile_for(fn, x, w) for fn in (explicit(p, mesh), gspmd(p, mesh))]
-    error = max(verify.close(program(x, w), reference, f"{name} X · W")
+    error = max(verify.close(program(x, w), reference, f"{name} In · W1")
                 for name, program in zip(("shard_map", "GSPMD"), programs, strict=True))
     found = compiled.collectives(programs[0])
     verify.same([(c.kind, c.bytes, c.group_size) for c in found],

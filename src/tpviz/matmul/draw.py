@@ -10,14 +10,14 @@ from tpviz.core.notation import to_notation
 
 
 def figure(p, *, system=None) -> Figure:
-    """``X · W = Y`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
-    of each operand, who computes which block of Y, and (below) what moves between devices."""
+    """``In · W1 = Out`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
+    of each operand, who computes which block of Out, and (below) what moves between devices."""
     fig = Figure(figsize=(10, 3.9))  # a fixed layout: constrained layout would double the time
     axes = fig.subplots(1, 3, width_ratios=[p.x_shape[1], p.w_shape[1], p.w_shape[1]],
                         gridspec_kw={"left": 0.05, "right": 0.98, "top": 0.68, "bottom": 0.1,
                                      "wspace": 0.25})
-    arrays = [("X", ("B", "D"), p.x_shape, p.x_spec), ("W", ("D", "F"), p.w_shape, p.w_spec),
-              ("Y", ("B", "F"), (p.x_shape[0], p.w_shape[1]), p.y_spec)]
+    arrays = [("In", ("B", "D"), p.x_shape, p.x_spec), ("W1", ("D", "F"), p.w_shape, p.w_spec),
+              ("Out", ("B", "F"), (p.x_shape[0], p.w_shape[1]), p.y_spec)]
     for ax, (name, dims, shape, spec) in zip(axes, arrays, strict=True):
         bs = layout.blocks(shape, spec, p.mesh_shape)
         blocks_figure(shape, [(b.slices, b.devices) for b in bs],

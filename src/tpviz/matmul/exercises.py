@@ -1,19 +1,31 @@
-"""Checkers for chapter 1: sharded matrix multiplication."""
+"""Checkers for chapter 2: sharded matrix multiplication."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tpviz.core import compiled
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number
-from tpviz.errors import ShardingError
+from tpviz.core import compiled, cost, layout
+from tpviz.core.collectives import Collective
+from tpviz.core.exercises import (
+    NotAttempted,
+    Wrong,
+    as_number,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    is_stub,
+)
+from tpviz.errors import ShardingError, TpvizError
 from tpviz.matmul.plan import plan
 
 MESH = {"X": 2, "Y": 4}
-# Which case of the chapter applies? (X sharding, W sharding) on the mesh {X: 2, Y: 4}
-CASES = {"a": ("X[B_X, D]", "W[D, F_Y]"), "b": ("X[B, D_Y]", "W[D, F]"),
-         "c": ("X[B_X, D_Y]", "W[D_Y, F]"), "d": ("X[B_X, D]", "W[D, F_X]")}
+# Which case of the chapter applies? (In sharding, W1 sharding) on the mesh {X: 2, Y: 4}
+CASES = {"a": ("In[B_X, D]", "W1[D, F_Y]"), "b": ("In[B, D_Y]", "W1[D, F]"),
+         "c": ("In[B_X, D_Y]", "W1[D_Y, F]"), "d": ("In[B_X, D]", "W1[D, F_X]")}
 
 
 def _case(x: str, w: str) -> int:
@@ -48,18 +60,19 @@ def _sharded_product(fn, x, w, want: PartitionSpec, kinds: dict, hint: str,
 
 @checker("Column-parallel matmul")
 def check_column_parallel(fn, x, w) -> str:
-    """X[B, D] · W[D, F_X] → Y[B, F_X] under shard_map, without communication."""
+    """In[B, D] · W1[D, F_X] → Out[B, F_X] under shard_map, without communication."""
     _sharded_product(fn, x, w, PartitionSpec(None, "X"), {},
-                     "Split W by columns (in_specs P(None, 'X')), keep X whole (P()), and return "
-                     "each device's columns of Y (out_specs P(None, 'X')); no collective needed.")
-    return "Each device computed its own columns of Y; nothing moved."
+                     "Which operand does every device hold whole, and which is split by "
+                     "columns? Say so in in_specs, and say how Out comes back in out_specs.")
+    return "Each device computed its own columns of Out; nothing moved."
 
 
 @checker("Reduce-scatter matmul")
 def check_reduce_scatter(fn, x, w) -> str:
-    """X[B, D_X] · W[D_X, F] → Y[B, F_X] with a single reduce-scatter."""
-    hint = ("Multiply the local blocks into partial sums, then jax.lax.psum_scatter(y, 'X', "
-            "scatter_dimension=1, tiled=True); out_specs P(None, 'X').")
+    """In[B, D_X] · W1[D_X, F] → Out[B, F_X] with a single reduce-scatter."""
+    hint = ("After the local product each device holds a partial sum of all of Out. Which "
+            "collective adds the partial sums and splits the result in one step, and along "
+            "which dimension of Out should it split?")
     found = _sharded_product(
         fn, x, w, PartitionSpec(None, "X"), {"reduce-scatter": 1}, hint,
         because={"all-reduce": "your program all-reduces the whole partial product; each device "
@@ -69,16 +82,19 @@ def check_reduce_scatter(fn, x, w) -> str:
 
 @checker("Bytes of an all-gather")
 def check_all_gather_bytes(answer) -> str:
-    """X = bf16[1024, 4096] as X[B_X, D_Y], W[D, F]: bytes per device of the all-gather's result."""
-    p = plan((1024, 4096), (4096, 4096), "X[B_X, D_Y]", "W[D, F]", MESH, dtype="bf16")
+    """In = bf16[1024, 4096] as In[B_X, D_Y], W1[D, F]: bytes per device after the all-gather."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
+    p = plan((1024, 4096), (4096, 4096), "In[B_X, D_Y]", "W1[D, F]", MESH, dtype="bf16")
     (gather,) = p.collectives
     if answer == 512 * 1024 * 2:
         raise Wrong("that is the block each device holds before the all-gather.",
                     "After gathering along D each device holds all of D for its rows.")
     if answer == 1024 * 4096 * 2:
-        raise Wrong("that is the whole of X.", "B stays split over X: only D is gathered.")
-    expect_number(answer, gather.bytes, hint="Rows: 1024 / 2; columns: all 4096; 2 bytes each.")
-    return f"Each device ends with X[B_X, D]: {gather.bytes:,} bytes."
+        raise Wrong("that is the whole of In.", "B stays split over X: only D is gathered.")
+    expect_number(answer, gather.bytes,
+                  hint="After gathering along D, which dimension of In is still split, and "
+                       "over how many devices?")
+    return f"Each device ends with In[B_X, D]: {gather.bytes:,} bytes."
 
 
 @checker("Which case applies")
@@ -94,3 +110,66 @@ def check_cases(answers) -> str:
                     "Look at D first: sharded in neither, one, or both operands? Then: do B and F "
                     "share a mesh axis?")
     return "All four right."
+
+
+@checker("Where latency and bandwidth cost the same")
+def check_latency_crossover(answer) -> str:
+    """All-reduce over N = 16 devices, α = 2 µs per step, W = 4.5e11 B/s: the array size V (in
+    bytes) at which the latency term equals the bandwidth term."""
+    n, alpha, bandwidth = 16, 2e-6, 4.5e11
+    one = Collective("all-reduce", 1, n)  # per byte of V
+    expected = one.steps * alpha * bandwidth / one.sent_bytes  # = N α W
+    hint = ("Write both terms of the α–β time for an all-reduce of V bytes on a ring, set them "
+            "equal and solve for V.")
+    if is_stub(answer):
+        raise NotAttempted
+    if isinstance(answer, int | float) and math.isclose(answer, (n - 1) * alpha * bandwidth,
+                                                         rel_tol=1e-3):
+        raise Wrong("that takes the bandwidth term as 2V/W; the ring sends 2(N-1)/N · V.", hint)
+    if isinstance(answer, int | float) and math.isclose(answer, alpha * bandwidth, rel_tol=1e-3):
+        raise Wrong("that counts one step of latency; a ring all-reduce takes 2(N-1) steps.", hint)
+    expect_number(answer, expected, rel=1e-3, hint=hint)
+    return (f"V* = N·α·W = {expected / 1e6:,.1f} MB: below it an all-reduce costs mostly "
+            "latency, above it mostly bandwidth.")
+
+
+DESIGN = dict(b=8192, d=8192, f=32768, mesh={"X": 2, "Y": 4}, dtype="bf16",
+              system="TPU v5e (ICI)", memory=256 * 2**20, seconds=3e-3)
+
+
+def design_cost(x_notation: str, w_notation: str) -> tuple[int, float]:
+    """Bytes one device holds (its blocks of In, W1 and Out, and what the all-gathers bring) and
+    the overlapped time of the cost model, for the design problem's shapes."""
+    c = DESIGN
+    p = plan((c["b"], c["d"]), (c["d"], c["f"]), x_notation, w_notation, c["mesh"],
+             dtype=c["dtype"])
+    size = layout.dtype_size(c["dtype"])
+    held = size * sum(math.prod(s) for s in (p.x_block, p.w_block, p.y_block))
+    held += sum(g.bytes for g in p.collectives if g.kind == "all-gather")
+    seconds = cost.estimate(p.flops, p.collectives, cost.SYSTEMS[c["system"]]).overlapped_s
+    return held, seconds
+
+
+@checker("Design: shard a layer under a memory and a time budget")
+def check_matmul_design(x_notation, w_notation, bytes_per_device, milliseconds) -> str:
+    """In = bf16[8192, 8192] · W1 = bf16[8192, 32768] on the mesh {X: 2, Y: 4} of TPU v5e:
+    at most 256 MiB per device and 3 ms (cost model, overlapped); the time in milliseconds."""
+    if any(is_stub(v) for v in (x_notation, w_notation, bytes_per_device, milliseconds)):
+        raise NotAttempted
+    try:
+        held, time = design_cost(x_notation, w_notation)
+    except TpvizError as e:
+        raise Wrong(f"{x_notation} · {w_notation} is not a valid plan: {e}") from None
+    expect_number(bytes_per_device, held, what="your bytes per device",
+                  hint="Add the blocks of In, W1 and Out one device holds, and any operand it "
+                       "all-gathers; 2 bytes per element.")
+    expect_number(milliseconds, time * 1e3, what="your time in ms", rel=0.02,
+                  hint="The larger of FLOPs / R and the collectives' bytes sent / W.")
+    if held > DESIGN["memory"]:
+        raise Wrong(f"{held / 2**20:,.0f} MiB per device is over the 256 MiB budget.",
+                    "Which array is held whole, or appears as a large partial sum? Split it.")
+    if time > DESIGN["seconds"]:
+        raise Wrong(f"{time * 1e3:.2f} ms is over the 3 ms budget.",
+                    "Can you avoid moving a large array at all?")
+    return (f"{x_notation} · {w_notation}: {held / 2**20:,.0f} MiB per device, "
+            f"{time * 1e3:.2f} ms; within both budgets.")

@@ -1,14 +1,13 @@
-"""``explore_matmul``: shapes, mesh and shardings of X and W → the drawing and the cost model."""
+"""``explore_matmul``: shapes, mesh and shardings of In and W1 → the drawing and the cost model."""
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import jax.numpy as jnp
 from matplotlib.figure import Figure
 
 from tpviz.core import compiled, cost
 from tpviz.core.notation import parse
-from tpviz.core.widgets import STYLE, Live, live
+from tpviz.core.widgets import Controls, Live, live
 from tpviz.devices import make_mesh
 from tpviz.layouts.explore import MESHES
 from tpviz.matmul.draw import figure
@@ -33,28 +32,27 @@ def render_matmul(mesh: str, x: str, w: str, b: int, d: int, f: int, system: str
     return fig
 
 
-def explore_matmul(mesh: str = "X=2, Y=4", x: str = "X[B_X, D_Y]", w: str = "W[D_Y, F]",
+def explore_matmul(mesh: str = "X=2, Y=4", x: str = "In[B_X, D_Y]", w: str = "W1[D_Y, F]",
                    b: int = 1024, d: int = 4096, f: int = 4096,
                    system: str = "TPU v5e (ICI)") -> Live:
-    """Shapes, mesh and shardings of X and W → the drawing, what moves, and the cost model."""
+    """Shapes, mesh and shardings of In and W1 → the drawing, what moves, and the cost model."""
     sizes = [256, 512, 1024, 2048, 4096, 8192, 16384]
+    c = Controls("explore_matmul")
     controls = {
-        "mesh": widgets.Dropdown(options=list(MESHES), value=mesh, description="mesh", style=STYLE),
-        "x": widgets.Text(value=x, description="X", continuous_update=False, style=STYLE),
-        "w": widgets.Text(value=w, description="W", continuous_update=False, style=STYLE),
-        "b": widgets.SelectionSlider(options=sizes, value=b, description="B", style=STYLE),
-        "d": widgets.SelectionSlider(options=sizes, value=d, description="D", style=STYLE),
-        "f": widgets.SelectionSlider(options=sizes, value=f, description="F", style=STYLE),
-        "system": widgets.Dropdown(options=list(cost.SYSTEMS), value=system,
-                                   description="system", style=STYLE),
-        "reduce_scatter": widgets.Checkbox(value=False, description="reduce-scatter (case 3)"),
-        "show_compiled": widgets.Checkbox(value=False,
-                                          description="compile and list collectives"),
+        "mesh": c.dropdown("mesh", mesh, MESHES, "mesh"),
+        "x": c.text_box("x", x, "In"),
+        "w": c.text_box("w", w, "W1"),
+        "b": c.select_slider("b", b, sizes, "B"),
+        "d": c.select_slider("d", d, sizes, "D"),
+        "f": c.select_slider("f", f, sizes, "F"),
+        "system": c.dropdown("system", system, cost.SYSTEMS, "system"),
+        "reduce_scatter": c.checkbox("reduce_scatter", False, "reduce-scatter (case 3)"),
+        "show_compiled": c.checkbox("show_compiled", False, "compile and list collectives"),
     }
     return live(controls, render_matmul)
 
 
-_DEFAULTS = dict(mesh="X=2, Y=4", x="X[B_X, D_Y]", w="W[D_Y, F]", b=1024, d=4096, f=4096,
+_DEFAULTS = dict(mesh="X=2, Y=4", x="In[B_X, D_Y]", w="W1[D_Y, F]", b=1024, d=4096, f=4096,
                  system="TPU v5e (ICI)", reduce_scatter=True)
 # settings the benchmarks time (benchmarks/budgets.py finds this list in every topic); the
 # redraw that compiles a program has a budget of 1 s

@@ -1,11 +1,12 @@
-"""Sharded matrix multiplication Y[B, F] = X[B, D] · W[D, F]: the plan (no devices).
+"""Sharded matrix multiplication Out[B, F] = In[B, D] · W1[D, F]: the plan (no devices).
 
 The four cases of the Scaling Book (D is the contracting dimension):
 
 1. neither operand is sharded along D: each device multiplies its blocks, no communication;
 2. one operand is sharded along D: all-gather it along D first, then multiply locally;
 3. both are sharded along D (over the same mesh axes): each device computes a partial sum
-   ``Y[B, F]{U_axes}``, then an all-reduce adds them (or a reduce-scatter, leaving Y sharded);
+   ``Out[B, F]{U_axes}``, then an all-reduce adds them (or a reduce-scatter, leaving Out
+   sharded);
 4. the non-contracting dimensions B and F are sharded over the same mesh axis: invalid, one
    operand must be gathered along that axis first.
 """
@@ -27,12 +28,12 @@ from tpviz.errors import ShardingError
 
 @dataclass(frozen=True)
 class MatmulPlan:
-    """How ``X[B, D] · W[D, F]`` runs for the given shardings over a mesh (no devices involved).
+    """How ``In[B, D] · W1[D, F]`` runs for the given shardings over a mesh (no devices involved).
 
     Attributes:
         case: 1, 2 or 3 (case 4 raises).
-        x_spec, w_spec, y_spec: the shardings of X, W and of the result Y.
-        x_block, w_block, y_block: per-device shapes as stored (Y: as returned).
+        x_spec, w_spec, y_spec: the shardings of In, W1 and of the result Out.
+        x_block, w_block, y_block: per-device shapes as stored (Out: as returned).
         flops: floating-point operations per device (2 per multiply-add).
         collectives: what moves, in order.
     """
@@ -54,9 +55,9 @@ class MatmulPlan:
 
     def describe(self) -> str:
         """One paragraph in the notation: what each device does."""
-        x = to_notation(self.x_spec, "X", ("B", "D"))
-        w = to_notation(self.w_spec, "W", ("D", "F"))
-        y = to_notation(self.y_spec, "Y", ("B", "F"))
+        x = to_notation(self.x_spec, "In", ("B", "D"))
+        w = to_notation(self.w_spec, "W1", ("D", "F"))
+        y = to_notation(self.y_spec, "Out", ("B", "F"))
         steps = {1: "no communication: each device multiplies its own blocks",
                  2: "all-gather the operand sharded along D, then multiply locally",
                  3: "multiply locally into partial sums, then "
@@ -78,44 +79,44 @@ def _planned(kind: str, nbytes: int, mesh_shape: MeshShape, axes, what: str) -> 
 
 def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
          mesh_shape: MeshShape, *, dtype="float32", reduce_scatter: bool = False) -> MatmulPlan:
-    """Plan ``X[B, D] · W[D, F]`` for the given input shardings.
+    """Plan ``In[B, D] · W1[D, F]`` for the given input shardings.
 
     Args:
         x_shape, w_shape: ``(B, D)`` and ``(D, F)``.
-        x_spec, w_spec: ``PartitionSpec`` or notation (``"X[B, D_Y]"``) for each operand.
+        x_spec, w_spec: ``PartitionSpec`` or notation (``"In[B, D_Y]"``) for each operand.
         mesh_shape: axis name -> size.
         dtype: element type (for bytes).
         reduce_scatter: in case 3, reduce-scatter the partial sums over F instead of
-            all-reducing them, so Y ends sharded ``Y[B, F_axes]``.
+            all-reducing them, so Out ends sharded ``Out[B, F_axes]``.
 
     Raises:
         ShardingError: inner dimensions differ, a sharding does not divide, D is sharded over
-            different axes in X and W, or B and F share a mesh axis (case 4).
+            different axes in In and W1, or B and F share a mesh axis (case 4).
     """
     x_shape, w_shape = tuple(x_shape), tuple(w_shape)
     if len(x_shape) != 2 or len(w_shape) != 2:
-        raise ShardingError(f"X and W must be matrices; got shapes {x_shape} and {w_shape}.")
+        raise ShardingError(f"In and W1 must be matrices; got shapes {x_shape} and {w_shape}.")
     if x_shape[1] != w_shape[0]:
         raise ShardingError(
-            f"the inner dimensions differ: X is {x_shape} and W is {w_shape}, so X · W is "
-            f"undefined; W needs {x_shape[1]} rows."
+            f"the inner dimensions differ: In is {x_shape} and W1 is {w_shape}, so In · W1 is "
+            f"undefined; W1 needs {x_shape[1]} rows."
         )
     mesh_shape = dict(mesh_shape)
-    x_spec = layout.validate(x_shape, as_spec(x_spec), mesh_shape)
-    w_spec = layout.validate(w_shape, as_spec(w_spec), mesh_shape)
+    x_spec = layout.validate_spec(x_shape, as_spec(x_spec), mesh_shape)
+    w_spec = layout.validate_spec(w_shape, as_spec(w_spec), mesh_shape)
     bx, dx = axes_of(_entry(x_spec, 0)), axes_of(_entry(x_spec, 1))
     dw, fw = axes_of(_entry(w_spec, 0)), axes_of(_entry(w_spec, 1))
     clash = set(bx) & set(fw)
     if clash:
         axis = sorted(clash)[0]
         raise ShardingError(
-            f"case 4: B of X and F of W are both sharded over mesh axis {axis!r}, so no device "
+            f"case 4: B of In and F of W1 are both sharded over mesh axis {axis!r}, so no device "
             f"holds the rows and columns it would need. All-gather one operand over {axis!r} "
-            f"first, e.g. W[D, F] instead of W[D, F_{axis}]."
+            f"first, e.g. W1[D, F] instead of W1[D, F_{axis}]."
         )
     if dx and dw and dx != dw:
         raise ShardingError(
-            f"D is sharded over {dx} in X but over {dw} in W, so the blocks do not line up. "
+            f"D is sharded over {dx} in In but over {dw} in W1, so the blocks do not line up. "
             "Shard D over the same axes in both, or gather one of them."
         )
     if set(dx) & set(fw) or set(dw) & set(bx):
@@ -136,10 +137,10 @@ def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
         axes = dx or dw
         if dx:
             collectives.append(_planned("all-gather", b // nb * d * size, mesh_shape, axes,
-                                        "X along D"))
+                                        "In along D"))
         else:
             collectives.append(_planned("all-gather", d * f // nf * size, mesh_shape, axes,
-                                        "W along D"))
+                                        "W1 along D"))
     y_b, y_f = _entry(x_spec, 0), _entry(w_spec, 1)
     if case == 3:
         n = _size(mesh_shape, dx)
@@ -147,16 +148,16 @@ def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
         if reduce_scatter:
             if (f // nf) % n:
                 raise ShardingError(
-                    f"cannot reduce-scatter Y over {dx}: its local width {f // nf} does not "
+                    f"cannot reduce-scatter Out over {dx}: its local width {f // nf} does not "
                     f"divide into {n}; use an all-reduce or a multiple of {n} columns."
                 )
             collectives.append(_planned("reduce-scatter", partial // n, mesh_shape, dx,
-                                        "partial sums of Y"))
+                                        "partial sums of Out"))
             y_f = tuple(fw) + tuple(dx)
             y_f = y_f[0] if len(y_f) == 1 else y_f
         else:
             collectives.append(_planned("all-reduce", partial, mesh_shape, dx,
-                                        "partial sums of Y"))
+                                        "partial sums of Out"))
     elif reduce_scatter:
         raise ShardingError(f"reduce_scatter applies to case 3 only; this is case {case}.")
     y_spec = PartitionSpec(y_b, y_f)

@@ -44,7 +44,7 @@ def check(kind: str, mesh, x, target, params, head_dim: int = 0, axis: str = AXI
         raise ShardingError(f"a block needs head_dim, the width of one attention head; got "
                             f"{head_dim!r}. For H = 32 and 4 heads, head_dim=8.")
     n = mesh.shape[axis]
-    hidden, ffn = params["a"].shape
+    hidden, ffn = params["w1"].shape
     heads = hidden // head_dim if kind == "block" else 1
     p = plan(math.prod(x.shape[:-1]), hidden, ffn, heads, n, x.dtype, kind)
     placed = place(kind, mesh, params, axis)

@@ -11,15 +11,15 @@ from tpviz.core.figures import OKABE_ITO, blocks_figure, text_colour
 
 
 def mlp(p, footer: str = "") -> Figure:
-    """The Megatron MLP ``Z = gelu(X A) B`` for a :class:`tpviz.megatron.Plan`: who holds which
-    block of X, A, the activations H, B, and the partial sums of Z before the all-reduce;
+    """The Megatron MLP ``Out = gelu(In W1) W2`` for a :class:`tpviz.megatron.Plan`: who holds
+    which block of In, W1, the activations Tmp, W2, and of Out after the all-reduce;
     ``footer``: more text below."""
     t, h, f, n = p.tokens, p.hidden, p.ffn, p.devices
     mesh = {"model": n}
     columns, rows, whole = P(None, "model"), P("model", None), P()
-    arrays = [("X: all", (t, h), whole), ("A: columns", (h, f), columns),
-              ("H = gelu(X A)", (t, f), columns), ("B: rows", (f, h), rows),
-              ("Z: all-reduced", (t, h), whole)]
+    arrays = [("In: all", (t, h), whole), ("W1: columns", (h, f), columns),
+              ("Tmp = gelu(In W1)", (t, f), columns), ("W2: rows", (f, h), rows),
+              ("Out: all-reduced", (t, h), whole)]
     height = 3.2 + 0.45 * bool(footer)
     fig = Figure(figsize=(10, height))
     widest = max(s[1] for _, s, _ in arrays)
@@ -36,9 +36,9 @@ def mlp(p, footer: str = "") -> Figure:
     size = layout.dtype_size(p.dtype)
     fig.suptitle(
         f"{n} devices, {p.tokens:,} tokens, H = {h:,}, F = {f:,} ({p.dtype}): each device holds "
-        f"A[{h:,}, {f // n:,}] and B[{f // n:,}, {h:,}] = {2 * h * f // n * size:,} bytes "
-        f"(1/{n} of the MLP)\nforward: one all-reduce of Z, {p.all_reduce_bytes:,} bytes; "
-        f"backward: one all-reduce of the gradient of X, {p.all_reduce_bytes:,} bytes",
+        f"W1[{h:,}, {f // n:,}] and W2[{f // n:,}, {h:,}] = {2 * h * f // n * size:,} bytes "
+        f"(1/{n} of the MLP)\nforward: one all-reduce of Out, {p.all_reduce_bytes:,} bytes; "
+        f"backward: one all-reduce of the gradient of In, {p.all_reduce_bytes:,} bytes",
         fontsize=9, x=0.01, y=0.99, ha="left", va="top")
     return fig
 
@@ -46,7 +46,7 @@ def mlp(p, footer: str = "") -> Figure:
 def timeline(kind: str = "mlp") -> Figure:
     """Where communication happens in a Megatron MLP (or block), forward and backward: compute
     in blue, the all-reduces of g (forward) and f (backward) in vermilion, identities in grey."""
-    mlp_fwd = ["f: identity", "X·A (column)", "GeLU", "·B (row)", "g: all-reduce"]
+    mlp_fwd = ["f: identity", "In·W1 (column)", "GeLU", "·W2 (row)", "g: all-reduce"]
     stages = {"mlp": mlp_fwd,
               "block": ["f: identity", "QKV (column)", "softmax·V", "·Wo (row)", "g: all-reduce",
                         *mlp_fwd]}[kind]

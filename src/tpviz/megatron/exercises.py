@@ -7,15 +7,19 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import compiled
+from tpviz.core import compiled, cost
 from tpviz.core.exercises import (
+    NotAttempted,
     Wrong,
+    as_number,
     call,
     checker,
     expect_array,
     expect_number,
+    is_stub,
     mesh_1d,
 )
+from tpviz.megatron.plan import plan
 
 AXIS = "model"
 DEVICES = 4
@@ -49,8 +53,8 @@ def check_conjugates(f, g) -> str:
     loss, (gx, ga, gb) = call(step, x, target, a, b, what="the MLP built with your f and g")
     ref_loss, (rx, ra, rb) = jax.value_and_grad(_loss, argnums=(0, 2, 3))(
         x, target, a, b, lambda v: v, lambda v: v)
-    hint = ("f: forward identity, backward jax.lax.psum(grad, 'model'); g: forward "
-            "jax.lax.psum(x, 'model'), backward identity. Use jax.custom_vjp for both.")
+    hint = ("Go through the table of f and g direction by direction: which of the four "
+            "needs jax.lax.psum over 'model'? Define both with jax.custom_vjp.")
     if not np.allclose(loss, ref_loss, rtol=1e-4):
         raise Wrong("the forward pass is wrong: the loss differs from one device's.",
                     "g's forward must add the partial sums of the devices (an all-reduce).")
@@ -58,10 +62,10 @@ def check_conjugates(f, g) -> str:
         raise Wrong(f"the weight gradients are {DEVICES}x too large: g's backward all-reduces "
                     "a gradient that every device already holds in full.",
                     "g's backward should pass the gradient through unchanged.")
-    expect_array(ga, ra, what="the gradient of A", rtol=1e-4, atol=1e-5, hint=hint)
-    expect_array(gb, rb, what="the gradient of B", rtol=1e-4, atol=1e-5, hint=hint)
-    expect_array(gx, rx, what="the gradient of X", rtol=1e-4, atol=1e-5,
-                 hint="Each device holds only its part of the gradient of X: f's backward must "
+    expect_array(ga, ra, what="the gradient of W1", rtol=1e-4, atol=1e-5, hint=hint)
+    expect_array(gb, rb, what="the gradient of W2", rtol=1e-4, atol=1e-5, hint=hint)
+    expect_array(gx, rx, what="the gradient of In", rtol=1e-4, atol=1e-5,
+                 hint="Each device holds only its part of the gradient of In: f's backward must "
                       "all-reduce it.")
     kinds = compiled.collectives(step, x, target, a, b).kinds()
     return f"Loss and gradients exact, with {kinds['all-reduce']} all-reduces per step."
@@ -69,13 +73,13 @@ def check_conjugates(f, g) -> str:
 
 @checker("Row-parallel linear layer")
 def check_row_parallel(fn) -> str:
-    """``fn(h_block, w_block)`` per device: h[T, F/N] @ w[F/N, H], summed over the devices."""
+    """``fn(h_block, w_block)`` per device: tmp[T, F/N] @ w2[F/N, H], summed over the devices."""
     x, _, a, b = _data(1)
     h = np.asarray(jax.nn.gelu(x @ a))
     program = jax.shard_map(fn, mesh=mesh_1d(DEVICES, AXIS),
                             in_specs=(P(None, AXIS), P(AXIS, None)), out_specs=P(),
                             check_vma=False)
-    hint = "Multiply the local blocks, then add the partial sums: jax.lax.psum(..., 'model')."
+    hint = "Each device's product is a partial sum: which collective adds them over 'model'?"
     y = call(program, h, b, what="your row-parallel layer")
     if y.shape == (8, 16) and np.allclose(y, h[:, :8] @ b[:8], rtol=1e-4, atol=1e-5):
         raise Wrong("the result is one device's partial sum: the other devices' parts are missing.",
@@ -91,26 +95,95 @@ def check_row_parallel(fn) -> str:
 @checker("All-reduces per training step")
 def check_all_reduces(answer) -> str:
     """A 24-layer transformer, Megatron tensor parallelism: all-reduces per training step."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     layers = 24
     if answer == 2 * layers:
         raise Wrong("that counts one direction only.",
                     "Each block has 2 in the forward pass (g) and 2 in the backward pass (f).")
     if answer == layers:
         raise Wrong("that is one per layer.", "Attention and the MLP each end with an all-reduce.")
-    expect_number(answer, 4 * layers, hint="2 forward + 2 backward per block.")
+    expect_number(answer, 4 * layers,
+                  hint="Count the all-reduces of one block in each direction, then the blocks.")
     return f"{4 * layers} all-reduces, each of batch × sequence × hidden elements."
 
 
 @checker("Weight bytes per device")
 def check_weight_bytes(answer) -> str:
     """A GPT-3 175B block (H = 12288, F = 4H, no biases), bf16, on 8 devices: bytes per device."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     h, n = 12288, 8
     per_device = 12 * h * h * 2 // n  # Q, K, V, O: 4 H^2; A and B: 8 H^2
     if answer == 12 * h * h * 2:
         raise Wrong("that is the whole block.", "Each device holds 1/8 of every weight matrix.")
     if answer == 8 * h * h * 2 // n:
-        raise Wrong("that is the MLP only.", "Add the attention projections: 4 H² parameters.")
+        raise Wrong("that is the MLP only.", "Add the attention projections.")
     if answer == 2 * per_device:
         raise Wrong("that counts 4 bytes per parameter.", "bf16 is 2 bytes.")
-    expect_number(answer, per_device, hint="(4 H² + 8 H²) parameters × 2 bytes / 8 devices.")
+    expect_number(answer, per_device,
+                  hint="Count the parameters of the four attention projections and of the two "
+                       "MLP matrices, then the bytes, then one device's share.")
     return f"{per_device / 2**20:,.0f} MiB per device instead of {8 * per_device / 2**30:.1f} GiB."
+
+
+@checker("Bytes a device sends per training step")
+def check_tp_bytes(answer) -> str:
+    """One GPT-3 175B block (H = 12288, F = 4H, 96 heads), batch 8 × sequence 2048, bf16, on
+    N = 8 devices: bytes each device sends in one training step, ring all-reduces."""
+    p = plan(8 * 2048, 12288, 4 * 12288, 96, 8, "bf16")
+    one = p.all_reduce_bytes  # B · S · H · 2 bytes
+    hint = ("How many all-reduces does a block run per training step, and how many bytes does "
+            "a ring all-reduce of V bytes make each device send?")
+    if is_stub(answer):
+        raise NotAttempted
+    if answer == 4 * one:
+        raise Wrong("that is 4 × V, the size of the arrays, not what a ring sends.", hint)
+    if answer == 2 * 2 * 7 / 8 * one:  # also 4 all-gathers' worth
+        raise Wrong("that is half: the forward pass only, or an all-gather's bytes for each "
+                    "all-reduce.", hint)
+    if answer == 4 * 2 * one:
+        raise Wrong("that is the large-N limit 2V per all-reduce; with N = 8 a ring sends less.",
+                    hint)
+    expect_number(answer, p.ring_bytes_per_step, rel=1e-3, hint=hint)
+    return (f"{p.ring_bytes_per_step / 2**30:.2f} GiB per block per step. More devices would "
+            "not shrink it: the ring's 2(N-1)/N only grows towards 2.")
+
+
+TP_DESIGN = dict(hidden=5120, heads=40, layers=40, tokens=8 * 2048, sequence=2048,
+                 system="H100 (NVLink)", memory=10e9, ratio=0.5)
+
+
+def tp_design(n: int) -> tuple[int, float]:
+    """Weight bytes per device (all layers, bf16) and communication / compute of a training step
+    (cost model, ring all-reduces, no overlap assumed) for GPT-3 13B split over ``n`` devices."""
+    c = TP_DESIGN
+    p = plan(c["tokens"], c["hidden"], 4 * c["hidden"], c["heads"], n, "bf16")
+    e = cost.estimate(p.flops(c["sequence"], training=True), p.collectives(training=True),
+                      cost.SYSTEMS[c["system"]])
+    return c["layers"] * p.weight_bytes_per_device, e.comm_s / e.compute_s
+
+
+@checker("Design: choose a tensor-parallel degree")
+def check_tp_degree(n, weight_bytes, comm_percent) -> str:
+    """GPT-3 13B (H = 5120, F = 4H, 40 heads, 40 layers), 8 × 2048 tokens per step, bf16 weights,
+    one 8-GPU H100 NVLink node: the N with at most 10 GB of weights per device and communication
+    at most half the compute time; report the weight bytes per device and the communication
+    time as a percentage of the compute time."""
+    if any(is_stub(v) for v in (n, weight_bytes, comm_percent)):
+        raise NotAttempted
+    if n not in (1, 2, 4, 8):
+        raise Wrong(f"N = {n!r}: inside one 8-GPU node, with 40 heads split evenly, N is 1, 2, 4 "
+                    "or 8.")
+    held, ratio = tp_design(n)
+    expect_number(weight_bytes, held, what="your weight bytes per device", rel=1e-3,
+                  hint="12 H² parameters per block, 40 blocks, 2 bytes each, 1/N per device.")
+    expect_number(comm_percent, 100 * ratio, what="your communication / compute in %", rel=0.02,
+                  hint="Compute: the plan's training FLOPs / R. Communication: 4 ring "
+                       "all-reduces of B·S·H bf16 values / W.")
+    if held > TP_DESIGN["memory"]:
+        raise Wrong(f"N = {n}: {held / 1e9:.1f} GB of weights per device, over 10 GB.",
+                    "More devices divide the weights further.")
+    if ratio > TP_DESIGN["ratio"]:
+        raise Wrong(f"N = {n}: communication is {ratio:.0%} of compute, over 50 %.",
+                    "Compute per device shrinks with N; the all-reduces do not.")
+    return (f"N = {n}: {held / 1e9:.1f} GB of weights per device, communication {ratio:.0%} of "
+            "compute. The smallest N that fits is also the one that communicates least.")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from tpviz.core.widgets import STYLE, Live, live
+from tpviz.core.widgets import Controls, Live, live
 from tpviz.megatron.draw import mlp
 from tpviz.megatron.plan import plan
 
@@ -27,20 +26,16 @@ def explore_megatron(devices: int = 4, hidden: int = 1024, ffn_ratio: int = 4, h
                      tokens: int = 2048, dtype: str = "bf16") -> Live:
     """Devices, hidden size, heads and tokens → per-device shapes, bytes communicated per layer
     and weight memory per device of a Megatron transformer block."""
+    c = Controls("explore_megatron")
     controls = {
-        "devices": widgets.Dropdown(options=[1, 2, 4, 8, 16], value=devices,
-                                    description="devices N", style=STYLE),
-        "hidden": widgets.SelectionSlider(options=[256, 512, 1024, 2048, 4096, 8192, 12288],
-                                          value=hidden, description="hidden H", style=STYLE),
-        "ffn_ratio": widgets.IntSlider(value=ffn_ratio, min=1, max=8, description="F / H",
-                                       style=STYLE),
-        "heads": widgets.SelectionSlider(options=[4, 8, 12, 16, 32, 64, 96], value=heads,
-                                         description="heads", style=STYLE),
-        "tokens": widgets.SelectionSlider(options=[256, 512, 1024, 2048, 4096, 8192],
-                                          value=tokens, description="tokens (batch × seq)",
-                                          style=STYLE),
-        "dtype": widgets.Dropdown(options=["bf16", "float32"], value=dtype, description="dtype",
-                                  style=STYLE),
+        "devices": c.dropdown("devices", devices, [1, 2, 4, 8, 16], "devices N"),
+        "hidden": c.select_slider("hidden", hidden, [256, 512, 1024, 2048, 4096, 8192, 12288],
+                                  "hidden H"),
+        "ffn_ratio": c.int_slider("ffn_ratio", ffn_ratio, 1, 8, "F / H"),
+        "heads": c.select_slider("heads", heads, [4, 8, 12, 16, 32, 64, 96], "heads"),
+        "tokens": c.select_slider("tokens", tokens, [256, 512, 1024, 2048, 4096, 8192],
+                                  "tokens (batch × seq)"),
+        "dtype": c.dropdown("dtype", dtype, ["bf16", "float32"], "dtype"),
     }
     return live(controls, render_megatron)
 

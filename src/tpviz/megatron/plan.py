@@ -1,7 +1,7 @@
 """A Megatron block as a plan: per-device weight shapes, bytes and all-reduces (no devices).
 
-The first matmul of each half of a block is column-parallel (``A[H, F_N]``), the second
-row-parallel (``B[F_N, H]``); attention splits its heads the same way (``W_Q, W_K, W_V``
+The first matmul of each half of a block is column-parallel (``W1[H, F_N]``), the second
+row-parallel (``W2[F_N, H]``); attention splits its heads the same way (``W_Q, W_K, W_V``
 by columns, ``W_O`` by rows). Per block: one all-reduce of the activations ``[tokens, H]``
 after attention and one after the MLP in the forward pass (``g``), and one each in the backward
 pass (``f``). The MLP alone has one and one.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import layout
+from tpviz.core import layout, validate
 from tpviz.core.collectives import Collective, Collectives
 from tpviz.errors import ShardingError
 
@@ -23,12 +23,12 @@ KINDS = ("mlp", "block")
 
 
 def specs(kind: str, axis: str = AXIS) -> dict[str, P]:
-    """Shardings of the weights of an MLP (``a``, ``b``) or a block (also ``wq, wk, wv, wo``).
+    """Shardings of the weights of an MLP (``w1``, ``w2``) or a block (also ``wq, wk, wv, wo``).
 
     Raises:
         ShardingError: ``kind`` is not "mlp" or "block".
     """
-    mlp = {"a": P(None, axis), "b": P(axis, None)}
+    mlp = {"w1": P(None, axis), "w2": P(axis, None)}
     if kind == "mlp":
         return mlp
     if kind == "block":
@@ -38,8 +38,9 @@ def specs(kind: str, axis: str = AXIS) -> dict[str, P]:
 
 
 def shapes(kind: str, hidden: int, ffn: int) -> dict[str, tuple[int, int]]:
-    """Full shapes of the weights: the MLP's A and B, and for a block the attention projections."""
-    mlp = {"a": (hidden, ffn), "b": (ffn, hidden)}
+    """Full shapes of the weights: the MLP's W1 and W2, and for a block the attention
+    projections."""
+    mlp = {"w1": (hidden, ffn), "w2": (ffn, hidden)}
     if kind == "mlp":
         return mlp
     specs(kind)  # the same check of the kind
@@ -72,6 +73,17 @@ class Plan:
                          (self.tokens, self.hidden), (AXIS,), what="activations [tokens, H]")
         return Collectives([one] * count if self.devices > 1 else [])
 
+    def flops(self, sequence: int = 0, training: bool = False) -> float:
+        """FLOPs one device computes: 2 per multiply-add of every weight matmul (2 · tokens ·
+        its weight parameters), plus for a block with ``sequence`` given its heads' share of
+        QKᵀ and softmax·V (4 · tokens · sequence · H / N, no causal saving). ``training``: three
+        times the forward pass (the backward pass does two matmuls for each forward one)."""
+        params = sum(math.prod(s) for _, s in self.weights.values())
+        forward = 2 * self.tokens * params
+        if self.kind == "block" and sequence:
+            forward += 4 * self.tokens * sequence * self.hidden / self.devices
+        return 3 * forward if training else forward
+
     @property
     def ring_bytes_per_step(self) -> float:
         """Bytes each device sends per training step with ring all-reduces."""
@@ -86,10 +98,11 @@ def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: int, dtype="bf
         ShardingError: a size that is not a positive integer, heads or the feed-forward width
             not divisible by the devices, or the hidden size not divisible by the heads.
     """
-    for name, value in (("tokens", tokens), ("hidden", hidden), ("ffn", ffn), ("heads", heads),
-                        ("devices", devices)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ShardingError(f"{name} must be a positive integer, got {value!r}.")
+    tokens, hidden, ffn, heads, devices = (
+        validate.integer(name, value, error=ShardingError) for name, value in (
+            ("tokens", tokens), ("hidden", hidden), ("ffn", ffn), ("heads", heads),
+            ("devices", devices)))
+    kind = validate.choice("kind", kind, KINDS, error=ShardingError)
     if kind == "block" and hidden % heads:
         raise ShardingError(f"hidden size {hidden} is not divisible by {heads} heads; each head "
                             "needs hidden / heads dimensions.")
@@ -98,7 +111,7 @@ def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: int, dtype="bf
                             f"computes whole heads. Use a device count that divides {heads}.")
     if ffn % devices:
         raise ShardingError(f"the feed-forward width {ffn} is not divisible by {devices} devices; "
-                            "A is split by columns and B by rows over the devices.")
+                            "W1 is split by columns and W2 by rows over the devices.")
     size = layout.dtype_size(dtype)
     mesh = {AXIS: devices}
     weights = {k: (s, layout.shard_shape(s, specs(kind)[k], mesh))

@@ -66,22 +66,23 @@ g = reduce_from_tp_region
 # --- layers (per device; axis=None: one device) ----------------------------------------------
 
 def column_parallel(x, w, axis=None):
-    """``Y = X A`` with ``A = [A_1 … A_N]`` split along its columns: ``f(x)[., H] @ w[H, F/N]``
-    gives this device's output columns, no communication forward. ``w`` may be a tuple of
-    weights that share the input (a fused QKV layer): one f, one output per weight."""
+    """``Tmp = In W1`` with ``W1 = [W1_1 … W1_N]`` split along its columns:
+    ``f(x)[., H] @ w[H, F/N]`` gives this device's output columns, no communication forward.
+    ``w`` may be a tuple of weights that share the input (a fused QKV layer): one f, one output
+    per weight."""
     x = f(x, axis)
     return tuple(x @ one for one in w) if isinstance(w, tuple) else x @ w
 
 
 def row_parallel(h, w, axis=None):
-    """``Z = H B`` with B split along its rows: ``h[., F/N] @ w[F/N, H]`` is a partial sum per
+    """``Out = Tmp W2`` with W2 split along its rows: ``h[., F/N] @ w[F/N, H]`` is a partial sum per
     device, all-reduced by g."""
     return g(h @ w, axis)
 
 
-def mlp(x, a, b, axis=None):
-    """``Z = gelu(X A) B`` with A column-parallel and B row-parallel: one all-reduce forward."""
-    return row_parallel(jax.nn.gelu(column_parallel(x, a, axis)), b, axis)
+def mlp(x, w1, w2, axis=None):
+    """``Out = gelu(In W1) W2``, W1 column-parallel and W2 row-parallel: one all-reduce forward."""
+    return row_parallel(jax.nn.gelu(column_parallel(x, w1, axis)), w2, axis)
 
 
 def attention(x, wq, wk, wv, wo, head_dim: int, axis=None):
@@ -106,7 +107,7 @@ def block(x, params: dict, head_dim: int, axis=None):
     """A pre-norm transformer block: x + attention(LN x), then + MLP(LN x). 2 all-reduces."""
     x = x + attention(layer_norm(x), params["wq"], params["wk"], params["wv"], params["wo"],
                       head_dim, axis)
-    return x + mlp(layer_norm(x), params["a"], params["b"], axis)
+    return x + mlp(layer_norm(x), params["w1"], params["w2"], axis)
 
 
 # --- programs ---------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def model(kind: str, head_dim: int = 0):
     """``model(x, params, axis)`` for ``kind`` "mlp" or "block"."""
     specs(kind)  # a clear error for an unknown kind
     if kind == "mlp":
-        return lambda x, p, axis=None: mlp(x, p["a"], p["b"], axis)
+        return lambda x, p, axis=None: mlp(x, p["w1"], p["w2"], axis)
     return lambda x, p, axis=None: block(x, p, head_dim, axis)
 
 

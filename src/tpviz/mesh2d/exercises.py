@@ -10,6 +10,7 @@ from tpviz.core import compiled
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
+    as_integer,
     call,
     checker,
     expect_array,
@@ -82,7 +83,7 @@ def check_best_mesh(fn) -> str:
         where = f"for B = {batch:,}, H₁ = {h1:,}, H₂ = {h2:,} on {n} devices"
         try:
             d, m = got
-            d, m = int(d), int(m)
+            d, m = as_integer(d, "the data axis size"), as_integer(m, "the model axis size")
         except (TypeError, ValueError):
             raise Wrong(f"{where} it returned {got!r}; return a pair (data, model).") from None
         if d * m != n:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from tpviz.core import cost
-from tpviz.core.widgets import STYLE, Live, live
+from tpviz.core.widgets import Controls, Live, live
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.choose import best_mesh, compare, step_time
 from tpviz.mesh2d.draw import comparison
@@ -46,21 +45,18 @@ def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, h1: int 
                    dtype: str = "bf16") -> Live:
     """Mesh shape, batch and hidden sizes → the 2D MLP's step table, memory per device, bytes
     per step, and the comparison with data parallelism and 1D tensor parallelism."""
+    c = Controls("explore_mesh2d")
     controls = {
-        "devices": widgets.Dropdown(options=[8, 16, 32, 64, 256], value=devices,
-                                    description="devices N", style=STYLE),
-        "data": widgets.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=data,
-                                 description="data axis d (model = N / d)", style=STYLE),
-        "batch": widgets.SelectionSlider(options=[2**k for k in range(4, 21)], value=batch,
-                                         description="batch B (tokens)", style=STYLE),
-        "h1": widgets.SelectionSlider(options=[256, 512, 1024, 2048, 4096, 8192, 16384], value=h1,
-                                      description="H₁ (model width)", style=STYLE),
-        "h2_ratio": widgets.IntSlider(value=h2_ratio, min=1, max=8, description="H₂ / H₁",
-                                      style=STYLE),
-        "system": widgets.Dropdown(options=list(cost.SYSTEMS), value=system,
-                                   description="system", style=STYLE),
-        "dtype": widgets.Dropdown(options=["bf16", "float32"], value=dtype, description="dtype",
-                                  style=STYLE),
+        "devices": c.dropdown("devices", devices, [8, 16, 32, 64, 256], "devices N"),
+        "data": c.dropdown("data", data, [1, 2, 4, 8, 16, 32, 64, 128, 256],
+                           "data axis d (model = N / d)"),
+        "batch": c.select_slider("batch", batch, [2**k for k in range(4, 21)],
+                                 "batch B (tokens)"),
+        "h1": c.select_slider("h1", h1, [256, 512, 1024, 2048, 4096, 8192, 16384],
+                              "H₁ (model width)"),
+        "h2_ratio": c.int_slider("h2_ratio", h2_ratio, 1, 8, "H₂ / H₁"),
+        "system": c.dropdown("system", system, cost.SYSTEMS, "system"),
+        "dtype": c.dropdown("dtype", dtype, ["bf16", "float32"], "dtype"),
     }
     return live(controls, render_mesh2d)
 

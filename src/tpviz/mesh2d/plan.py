@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import layout
+from tpviz.core import layout, validate
 from tpviz.core.collectives import Collective, Collectives, html_table, text_table
 from tpviz.core.notation import to_notation
 from tpviz.errors import ShardingError
@@ -185,15 +185,14 @@ def mesh_shape(mesh) -> dict[str, int]:
             raise ShardingError(f"a 2D mesh shape is (data, model), e.g. (4, 2); got {mesh!r}."
                                 ) from None
         shape = {DATA: d, MODEL: m}
-    if any(not isinstance(v, int) or v < 1 for v in shape.values()):
-        raise ShardingError(f"mesh axis sizes must be positive integers, got {shape}.")
+    shape = {axis: validate.integer(f"mesh[{axis!r}]", v, error=ShardingError)
+             for axis, v in shape.items()}
     return shape
 
 
 def check_sizes(batch: int, h1: int, h2: int, mesh: dict[str, int]) -> None:
     for name, value in (("batch", batch), ("h1", h1), ("h2", h2)):
-        if not isinstance(value, int) or value < 1:
-            raise ShardingError(f"{name} must be a positive integer, got {value!r}.")
+        validate.integer(name, value, error=ShardingError)
     d, m = mesh[DATA], mesh[MODEL]
     for name, size, axis, n, why in (
             ("batch", batch, DATA, d, "X's rows are split over data"),
@@ -215,6 +214,8 @@ def plan(batch: int, h1: int, h2: int, mesh=(4, 2), dtype="float32") -> Plan:
             ``(data, model)``.
     """
     shape = mesh_shape(mesh)
+    batch, h1, h2 = (validate.integer(name, value, error=ShardingError)
+                     for name, value in (("batch", batch), ("h1", h1), ("h2", h2)))
     check_sizes(batch, h1, h2, shape)
     size = layout.dtype_size(dtype)
 

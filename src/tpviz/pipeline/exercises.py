@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from tpviz.core.exercises import Wrong, call, checker, expect_number
+import numpy as np
+
+from tpviz.core.exercises import Wrong, as_integer, as_number, call, checker, expect_number
 from tpviz.pipeline.plan import balance, schedule
 
 ORDER_CASES = [(4, 8, 0), (4, 8, 3), (4, 8, 1), (4, 2, 0), (8, 16, 5), (1, 3, 0)]
@@ -21,10 +23,15 @@ def check_one_f_one_b(fn) -> str:
         got = call(fn, p, m, d, what=f"one_f_one_b({p}, {m}, {d})")
         want = [(op.kind, op.microbatch) for op in schedule("1f1b", p, m).ops[d]]
         try:
-            got = [(str(k), int(i)) for k, i in got]
+            got = [(k, as_integer(i, "a microbatch number")) for k, i in got]
         except (TypeError, ValueError):
             raise Wrong(f"one_f_one_b({p}, {m}, {d}) should return a list of (kind, microbatch) "
                         f"pairs like ('F', 0); it returned {str(got)[:80]}.") from None
+        kinds = {k for k, _ in got}
+        if kinds - {"F", "B"}:
+            odd = sorted(map(repr, kinds - {"F", "B"}))
+            raise Wrong(f"one_f_one_b({p}, {m}, {d}) uses the kinds {', '.join(odd)}; write each "
+                        "op's kind as the capital letter 'F' (forward) or 'B' (backward).")
         if got == want:
             continue
         gpipe = [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
@@ -49,11 +56,12 @@ def check_one_f_one_b(fn) -> str:
 @checker("Bubble fraction of GPipe")
 def check_bubble(answer) -> str:
     """GPipe with p = 8 stages and m = 32 microbatches: idle share of the total device-time."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     p, m = 8, 32
-    if isinstance(answer, int | float) and math.isclose(answer, (p - 1) / m):
+    if math.isclose(answer, (p - 1) / m):
         raise Wrong("that is (p-1)/m: the bubble relative to the ideal (bubble-free) time.",
                     "As a share of the total time, divide by (m + p - 1) instead.")
-    if isinstance(answer, int | float) and math.isclose(answer, (p - 1) / p):
+    if math.isclose(answer, (p - 1) / p):
         raise Wrong("that is the naive schedule's bubble (one microbatch at a time).",
                     "With m microbatches the pipeline fills: (p-1)/(m+p-1).")
     expect_number(answer, (p - 1) / (m + p - 1), hint="(p - 1) / (m + p - 1)")
@@ -63,13 +71,14 @@ def check_bubble(answer) -> str:
 @checker("Microbatches for a 5 % bubble")
 def check_microbatches(answer) -> str:
     """The fewest microbatches m for which 1F1B on p = 8 stages idles at most 5 % of the time."""
+    answer = as_integer(answer, "your answer")  # NumPy and JAX integers too
     p, target = 8, 0.05
     want = next(m for m in range(1, 10_000) if (p - 1) / (m + p - 1) <= target + 1e-12)
     if answer == math.ceil((p - 1) / target):
         raise Wrong(f"{answer} makes (p-1)/m = 5 %: that is the bubble relative to the ideal "
                     "time, not the share of the total time.",
                     "Solve (p-1)/(m+p-1) <= 0.05 for m.")
-    if isinstance(answer, int) and answer > want:
+    if answer > want:
         raise Wrong(f"{answer} works, but fewer microbatches also do.",
                     "Find the smallest m with (p-1)/(m+p-1) <= 0.05.")
     expect_number(answer, want, hint="Solve (p-1)/(m+p-1) <= 0.05 for the smallest integer m.")
@@ -82,7 +91,7 @@ def check_balance(fn) -> str:
     for costs, p in BALANCE_CASES:
         sizes = call(fn, list(costs), p, what=f"your function on {costs}, p={p}")
         try:
-            sizes = [int(k) for k in sizes]
+            sizes = [as_integer(k, "each layer count") for k in sizes]
         except (TypeError, ValueError):
             raise Wrong(f"return a list of {p} layer counts, e.g. [2, 3, 1]; got "
                         f"{str(sizes)[:60]}.") from None
@@ -106,8 +115,9 @@ def check_balance(fn) -> str:
 def check_weight_versions(answer) -> str:
     """PipeDream (1F1B without flushes, weight stashing), p = 4: versions each stage keeps."""
     want = [4, 3, 2, 1]
-    if not isinstance(answer, list | tuple) or len(answer) != 4:
+    if isinstance(answer, str) or not hasattr(answer, "__len__") or len(answer) != 4:
         raise Wrong("give a list of 4 numbers, one per stage.")
+    answer = [as_integer(v, "each stage's count") for v in np.asarray(answer).ravel().tolist()]
     if list(answer) == [2, 2, 2, 2]:
         raise Wrong("that is PipeDream-2BW, which updates weights only every few microbatches.",
                     "PipeDream keeps one version per microbatch in flight on the stage.")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from tpviz.core.widgets import STYLE, Live, live
+from tpviz.core.widgets import Controls, Live, live
 from tpviz.pipeline.draw import gantt
 from tpviz.pipeline.plan import NAMES, schedule
 from tpviz.pipeline.simulate import bubble_formula, simulate
@@ -33,17 +32,14 @@ def explore_pipeline(name: str = "1f1b", stages: int = 4, microbatches: int = 8,
                      chunks: int = 2, backward_ratio: float = 2.0) -> Live:
     """Schedule, stages, microbatches, chunks (interleaved only) and the backward/forward time
     ratio → the Gantt chart, the bubble (simulated and by formula) and the peak memory."""
+    c = Controls("explore_pipeline")
     controls = {
-        "name": widgets.Dropdown(options=list(NAMES), value=name,
-                                 description="schedule", style=STYLE),
-        "stages": widgets.IntSlider(value=stages, min=1, max=16, description="stages p",
-                                    style=STYLE),
-        "microbatches": widgets.IntSlider(value=microbatches, min=1, max=64,
-                                          description="microbatches m", style=STYLE),
-        "chunks": widgets.IntSlider(value=chunks, min=1, max=4,
-                                    description="chunks v (interleaved)", style=STYLE),
-        "backward_ratio": widgets.FloatSlider(value=backward_ratio, min=0.5, max=4.0, step=0.5,
-                                              description="backward / forward", style=STYLE),
+        "name": c.dropdown("name", name, NAMES, "schedule"),
+        "stages": c.int_slider("stages", stages, 1, 16, "stages p"),
+        "microbatches": c.int_slider("microbatches", microbatches, 1, 64, "microbatches m"),
+        "chunks": c.int_slider("chunks", chunks, 1, 4, "chunks v (interleaved)"),
+        "backward_ratio": c.float_slider("backward_ratio", backward_ratio, 0.5, 4.0, 0.5,
+                                         "backward / forward"),
     }
     return live(controls, render_pipeline)
 

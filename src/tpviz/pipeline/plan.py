@@ -16,7 +16,8 @@ from functools import cached_property
 from itertools import accumulate
 from typing import NamedTuple
 
-from tpviz.errors import ScheduleError
+from tpviz.core import validate
+from tpviz.errors import ArgumentTypeError, ScheduleError
 
 
 class Op(NamedTuple):  # a tuple: cheap to build by the hundred thousand, and hashable
@@ -128,6 +129,7 @@ def no_gc() -> Iterator[None]:
 
 
 NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
+MAX_OPS = 4_000_000  # a 64-stage, 1,024-microbatch, 4-chunk interleaved schedule has 524,288
 
 
 def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Schedule:
@@ -143,11 +145,19 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
         ScheduleError: an unknown name, a count below 1, chunks > 1 for a schedule without
             interleaving, or m not a multiple of p for the interleaved schedule.
     """
-    for label, value in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleError(f"{label} must be a positive integer, got {value!r}.")
-    if name not in NAMES:
-        raise ScheduleError(f"unknown schedule {name!r}; the known ones are {', '.join(NAMES)}.")
+    stages, microbatches, chunks = (validate.integer(label, value, error=ScheduleError)
+                                    for label, value in (("stages", stages),
+                                                         ("microbatches", microbatches),
+                                                         ("chunks", chunks)))
+    name = validate.choice("name", name, NAMES, error=ScheduleError)
+    ops = (3 if name == "zb-h1" else 2) * stages * microbatches * chunks
+    if ops > MAX_OPS:
+        raise ScheduleError(
+            f"{stages:,} stages × {microbatches:,} microbatches × {chunks} chunks make {ops:,} "
+            f"ops, more than the {MAX_OPS:,} a schedule holds here (each op is a Python tuple: "
+            "per million, about 2 s to build and simulate and 0.2 GB). Use fewer stages or "
+            "microbatches; "
+            "bubble_formula gives the bubble of any size instantly.")
     if name != "interleaved" and chunks != 1:
         raise ScheduleError(f"{name!r} runs one chunk per device; use 'interleaved' for "
                             f"chunks={chunks}.")
@@ -186,7 +196,10 @@ class Partition:
 
     @property
     def imbalance_bubble(self) -> float:
-        """Idle share of device-time from uneven stages alone: 1 - mean / max stage cost."""
+        """Idle share of device-time from uneven stages alone: 1 - mean / max stage cost (0 when
+        every layer costs nothing)."""
+        if self.slowest == 0:
+            return 0.0
         return 1 - sum(self.costs) / (len(self.bounds) * self.slowest)
 
 
@@ -197,15 +210,17 @@ def balance(costs: Sequence[float], stages: int) -> Partition:
     Raises:
         ScheduleError: fewer layers than stages, a negative cost, or stages < 1.
     """
-    costs = tuple(costs)
+    if isinstance(costs, str) or not hasattr(costs, "__iter__"):
+        raise ArgumentTypeError(f"costs must be a list of layer costs such as [4, 1, 1, 4], got "
+                                f"{type(costs).__name__} {costs!r}.")
+    costs = tuple(c if isinstance(c, int) and not isinstance(c, bool) and c >= 0 else
+                  validate.number(f"costs[{i}]", c, minimum=0.0, error=ScheduleError)
+                  for i, c in enumerate(costs))
     n = len(costs)
-    if not isinstance(stages, int) or stages < 1:
-        raise ScheduleError(f"stages must be a positive integer, got {stages!r}.")
+    stages = validate.integer("stages", stages, error=ScheduleError)
     if n < stages:
         raise ScheduleError(f"{n} layers cannot fill {stages} stages (each stage needs at least "
                             f"one layer); use at most {n} stages.")
-    if any(c < 0 for c in costs):
-        raise ScheduleError(f"layer costs must not be negative, got {costs}.")
     prefix = [0.0, *accumulate(costs)]
     inf = float("inf")
     # best[k][i]: the smallest slowest-stage cost of layers [0, i) on k stages; cut[k][i]: where

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from tpviz.core import validate
 from tpviz.errors import ScheduleError
 from tpviz.pipeline.plan import Op, Schedule, no_gc
 
@@ -44,6 +45,11 @@ def simulate(sched: Schedule, forward: float = 1.0, backward: float = 2.0,
     Raises:
         ScheduleError: the op order deadlocks (an op waits for one that can never run).
     """
+    validate.instance("schedule", sched, Schedule, "a Schedule",
+                      "Make one with tpviz.pipeline.schedule('1f1b', stages, microbatches).")
+    forward = validate.number("forward", forward, positive=True)
+    backward = validate.number("backward", backward, positive=True)
+    p2p = validate.number("p2p", p2p, minimum=0.0)
     with no_gc():
         return _simulate(sched, forward, backward, p2p)
 
@@ -135,7 +141,11 @@ def bubble_formula(name: str, stages: int, microbatches: int, chunks: int = 1,
     (p-1)/(v m + p-1) (Megatron-LM: (p-1)/(v m) of the ideal time); ZB-H1 with m >= p, B and W
     each half the backward: (p-1) F / (m (F+B) + (p-1) F).
     """
-    p, m, v, f, b = stages, microbatches, chunks, forward, backward
+    name = validate.choice("name", name, ("naive", "gpipe", "1f1b", "interleaved", "zb-h1"))
+    p, m, v = (validate.integer(label, value) for label, value in (
+        ("stages", stages), ("microbatches", microbatches), ("chunks", chunks)))
+    f = validate.number("forward", forward, positive=True)
+    b = validate.number("backward", backward, positive=True)
     if name == "naive":
         return (p - 1) / p, "(p−1)/p"
     if name in ("gpipe", "1f1b"):

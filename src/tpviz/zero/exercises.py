@@ -9,6 +9,8 @@ from jax.sharding import PartitionSpec as P
 from tpviz.core import compiled
 from tpviz.core.exercises import (
     Wrong,
+    as_integer,
+    as_number,
     call,
     checker,
     expect_array,
@@ -21,15 +23,16 @@ from tpviz.zero.plan import memory, smallest_devices
 @checker("Memory per device under ZeRO")
 def check_zero_memory(answer) -> str:
     """GPT-2 XL (1.5B parameters), mixed-precision Adam, ZeRO stage 2 on 16 devices: GB/device."""
+    answer = as_number(answer)  # NumPy, JAX, Fraction: the same number
     psi, n = 1.5e9, 16
     want = memory(psi, n, 2).total / 1e9
     for stage, text in ((0, "plain data parallelism (stage 0)"), (1, "stage 1"),
                         (3, "stage 3")):
-        if isinstance(answer, int | float) and np.isclose(answer, memory(psi, n, stage).total
+        if np.isclose(answer, memory(psi, n, stage).total
                                                           / 1e9, rtol=1e-3):
             raise Wrong(f"that is {text}.", "Stage 2 partitions the gradients and the optimizer "
                         "state; each device keeps all 2Ψ bytes of parameters.")
-    if isinstance(answer, int | float) and np.isclose(answer, 16 * psi / 1e9):
+    if np.isclose(answer, 16 * psi / 1e9):
         raise Wrong("that is 16Ψ: nothing partitioned.", "Divide the partitioned parts by N.")
     expect_number(answer, want, rel=1e-3, hint="2Ψ + (2 + 12)Ψ / N bytes, in GB (10⁹ bytes).")
     return f"{want:.3f} GB per device instead of {16 * psi / 1e9:.0f} GB."
@@ -39,14 +42,15 @@ def check_zero_memory(answer) -> str:
 def check_fewest_devices(answer) -> str:
     """A 13B-parameter model, mixed-precision Adam, ZeRO stage 2, 40 GB per device: the fewest
     devices on which its training state fits."""
+    answer = as_integer(answer, "your answer")  # NumPy and JAX integers too
     want = smallest_devices(13e9, 2, 40e9)
     if answer == smallest_devices(13e9, 3, 40e9):
         raise Wrong("that is enough for stage 3, where the parameters are partitioned too.",
                     "At stage 2 every device keeps all 2Ψ bytes of parameters.")
-    if isinstance(answer, int) and answer == want - 1:
+    if answer == want - 1:
         raise Wrong(f"with {answer} devices it needs slightly more than 40 GB.",
                     "Round up: 2Ψ + 14Ψ/N <= 40 GB.")
-    if isinstance(answer, int) and answer > want:
+    if answer > want:
         raise Wrong(f"{answer} devices work, but fewer do too.", "Solve 2Ψ + 14Ψ/N <= 40 GB.")
     expect_number(answer, want, hint="Solve 26 GB + 182 GB / N <= 40 GB for the smallest N.")
     return f"{want} devices: {memory(13e9, want, 2).total / 1e9:.1f} GB each."

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from tpviz.core.widgets import STYLE, Live, live
+from tpviz.core.widgets import Controls, Live, live
 from tpviz.zero.draw import memory_bars
 from tpviz.zero.plan import MODELS, PRECISIONS, memory, smallest_devices
 
@@ -33,19 +32,15 @@ def explore_zero(model: str = "7.5B (ZeRO paper)", billions: float = 7.5, device
                  accelerator_gb: float = 80) -> Live:
     """Model size, devices, stage and precision → memory per device by category against an
     accelerator's memory, the communication per step, and whether it fits."""
+    c = Controls("explore_zero")
     controls = {
-        "model": widgets.Dropdown(options=[*MODELS, "custom"], value=model,
-                                  description="model", style=STYLE),
-        "billions": widgets.BoundedFloatText(value=billions, min=0.001, max=10000,
-                                             description="custom size (billions)", style=STYLE),
-        "devices": widgets.Dropdown(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
-                                    value=devices, description="devices N", style=STYLE),
-        "stage": widgets.IntSlider(value=stage, min=0, max=3, description="ZeRO stage",
-                                   style=STYLE),
-        "precision": widgets.Dropdown(options=list(PRECISIONS), value=precision,
-                                      description="precision", style=STYLE),
-        "accelerator_gb": widgets.Dropdown(options=[16, 24, 40, 80, 96, 141], value=accelerator_gb,
-                                           description="accelerator GB", style=STYLE),
+        "model": c.dropdown("model", model, [*MODELS, "custom"], "model"),
+        "billions": c.number_box("billions", billions, 0.001, 10000, "custom size (billions)"),
+        "devices": c.dropdown("devices", devices, [2**k for k in range(11)], "devices N"),
+        "stage": c.int_slider("stage", stage, 0, 3, "ZeRO stage"),
+        "precision": c.dropdown("precision", precision, PRECISIONS, "precision"),
+        "accelerator_gb": c.dropdown("accelerator_gb", accelerator_gb, [16, 24, 40, 80, 96, 141],
+                                     "accelerator GB"),
     }
     return live(controls, render_zero)
 

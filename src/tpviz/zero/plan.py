@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tpviz.core import validate
 from tpviz.core.collectives import Collective, Collectives
 from tpviz.errors import ZeroError
 
@@ -39,14 +40,14 @@ class Memory:
         return self.params + self.grads + self.optimizer
 
 
-def _validate(params, devices, stage, **sizes) -> None:
-    if stage not in STAGES:
-        raise ZeroError(f"stage must be 0, 1, 2 or 3 (0 = plain data parallelism), got {stage!r}.")
-    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
-        raise ZeroError(f"devices must be a positive integer, got {devices!r}.")
-    for name, value in {"params": params, **sizes}.items():
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-            raise ZeroError(f"{name} must be a positive number, got {value!r}.")
+def _validate(params, devices, stage, **sizes) -> tuple:
+    """(params, devices, stage, *sizes) as plain numbers; ZeroError for values that make no
+    sense (a stage outside 0-3 = STAGES, a size that is not positive)."""
+    stage = validate.choice("stage", stage, STAGES, error=ZeroError)
+    devices = validate.integer("devices", devices, error=ZeroError)
+    numbers = [validate.number(name, value, positive=True, error=ZeroError)
+               for name, value in {"params": params, **sizes}.items()]
+    return (numbers[0], devices, stage, *numbers[1:])
 
 
 def memory(params: float, devices: int, stage: int, *, param_bytes: float = 2,
@@ -59,9 +60,10 @@ def memory(params: float, devices: int, stage: int, *, param_bytes: float = 2,
     Raises:
         ZeroError: a stage outside 0-3 or a non-positive size.
     """
-    _validate(params, devices, stage, param_bytes=param_bytes, grad_bytes=grad_bytes,
-              optimizer_bytes=optimizer_bytes)
-    per = dict(zip(CATEGORIES, (param_bytes, grad_bytes, optimizer_bytes), strict=True))
+    params, devices, stage, *sizes = _validate(params, devices, stage, param_bytes=param_bytes,
+                                               grad_bytes=grad_bytes,
+                                               optimizer_bytes=optimizer_bytes)
+    per = dict(zip(CATEGORIES, sizes, strict=True))
     return Memory(**{c: params * per[c] / (devices if c in PARTITIONED[stage] else 1)
                      for c in CATEGORIES})
 
@@ -74,7 +76,8 @@ def collectives(params: float, devices: int, stage: int, *, param_bytes: float =
     an all-gather of the updated parameters. Stage 3: an all-gather of the parameters for the
     forward pass and another for the backward pass, and a reduce-scatter of the gradients.
     """
-    _validate(params, devices, stage, param_bytes=param_bytes)
+    params, devices, stage, param_bytes = _validate(params, devices, stage,
+                                                    param_bytes=param_bytes)
     whole, n = params * param_bytes, devices
     gather = Collective("all-gather", whole, n, what="parameters")
     scatter = Collective("reduce-scatter", whole / n, n, what="gradients")
@@ -93,6 +96,8 @@ def smallest_devices(params: float, stage: int, capacity: float, **sizes) -> int
     """The fewest devices on which the model's training state fits in ``capacity`` bytes each
     (None if no device count is enough: stages 0-2 keep some state whole on every device)."""
     whole = memory(params, 1, stage, **sizes)
+    stage = validate.choice("stage", stage, STAGES, error=ZeroError)
+    capacity = validate.number("capacity", capacity, positive=True, error=ZeroError)
     fixed = sum(getattr(whole, c) for c in CATEGORIES if c not in PARTITIONED[stage])
     if fixed >= capacity:
         return None

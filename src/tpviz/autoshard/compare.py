@@ -1,0 +1,141 @@
+"""The solver's choice beside the hand-made plans of earlier chapters and greedy choice, and
+where it switches.
+
+``data_parallel`` splits the batch over every mesh axis; ``megatron`` splits the first matmul of
+each half-block by columns and the second by rows over every mesh axis (the Megatron chapter).
+Both are fixed choices costed by the same model as the solver, so the three compare directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from tpviz.autoshard.graph import Graph, mlp
+from tpviz.autoshard.solve import (
+    Problem,
+    Solution,
+    fixed,
+    fixed_problem,
+    problem,
+    solution,
+    solve,
+)
+from tpviz.errors import ArgumentError
+
+COLUMN, ROW, FOLLOW = ("w1", "qkv"), ("w2", "out"), ("gelu", "attn")
+
+
+def _all(mesh_shape):
+    axes = tuple(mesh_shape)
+    return axes[0] if len(axes) == 1 else axes
+
+
+def _find(options, want) -> int:
+    for i, s in enumerate(options):
+        if want(s):
+            return i
+    raise ArgumentError("this graph has no such strategy on this mesh (a size does not divide "
+                        "over all the devices).")
+
+
+def _problem(graph, mesh_shape, system) -> Problem:
+    return graph if isinstance(graph, Problem) else problem(graph, mesh_shape, system)
+
+
+def data_parallel(graph: Graph | Problem, mesh_shape=None, system=None) -> Solution:
+    """Every op split along the batch (rows) over all mesh axes; weights replicated (``graph``
+    may be a tabulated :class:`Problem`, then without mesh and system)."""
+    p = _problem(graph, mesh_shape, system)
+    axes = _all(p.mesh_shape)
+    return fixed_problem(p, lambda op, options: _find(
+        options, lambda s: s.in_specs[0] == P(axes, None) and s.out_spec[0] == axes))
+
+
+def megatron(graph: Graph | Problem, mesh_shape=None, system=None) -> Solution:
+    """Megatron over all mesh axes: ``w1``/``qkv`` column-parallel, ``w2``/``out`` row-parallel,
+    ``gelu``/``attn`` on the split columns, the rest replicated.
+
+    Raises:
+        ArgumentError: an op whose name does not say its role (only for mlp() and
+            transformer() graphs).
+    """
+    p = _problem(graph, mesh_shape, system)
+    axes = _all(p.mesh_shape)
+
+    def pick(op, options):
+        role = op.name.split(".")[0]
+        if role in COLUMN:
+            return _find(options, lambda s: s.weight_spec == P(None, axes)
+                         and s.in_specs[0] == P(None, None))
+        if role in ROW:
+            return _find(options, lambda s: s.weight_spec == P(axes, None))
+        if role in FOLLOW:
+            return _find(options, lambda s: s.out_spec == P(None, axes))
+        if role.startswith(("res", "add")):
+            return _find(options, lambda s: s.out_spec == P(None, None))
+        raise ArgumentError(f"op {op.name!r}: megatron() knows the roles of mlp() and "
+                            "transformer() ops only.")
+
+    return fixed_problem(p, pick)
+
+
+def is_data_parallel(solution: Solution) -> bool:
+    """Every matmul splits only the batch, over all the mesh axes."""
+    axes = _all(solution.problem.mesh_shape)
+    return all(s.in_specs[0] == P(axes, None) and s.weight_spec == P(None, None)
+               for s in solution.choice.values() if s.weight_spec is not None)
+
+
+def is_megatron(solution: Solution) -> bool:
+    """Every matmul is Megatron's column- or row-parallel over all the mesh axes."""
+    axes = _all(solution.problem.mesh_shape)
+    return all(s.weight_spec in (P(None, axes), P(axes, None)) and s.in_specs[0][0] is None
+               for s in solution.choice.values() if s.weight_spec is not None)
+
+
+def switch_batch(hidden: int, ffn: int, mesh_shape, system, layers: int = 1,
+                 largest: int = 2**24) -> int:
+    """The smallest batch (a multiple of the device count) at which the solver picks data
+    parallelism for the MLP, by bisection (the choice flips once as the batch grows).
+
+    Raises:
+        ArgumentError: it picks data parallelism nowhere up to ``largest``.
+    """
+    n = 1
+    for size in dict(mesh_shape).values():
+        n *= size
+
+    def dp(b):
+        return is_data_parallel(solve(mlp(b * n, hidden, ffn, layers), mesh_shape, system))
+
+    lo, hi = 1, largest // n  # in units of n
+    if not dp(hi):
+        raise ArgumentError(f"the solver never picks data parallelism up to batch {largest:,}.")
+    if dp(lo):
+        return n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if dp(mid) else (mid, hi)
+    return hi * n
+
+
+def greedy(graph: Graph, mesh_shape, system) -> Solution:
+    """Op by op in order, the strategy cheapest for that op alone: its own cost plus the
+    resharding from what its producers already chose. Not optimal in general."""
+    p = problem(graph, mesh_shape, system)
+    choice: list[int] = []
+    for v in range(len(p.options)):
+        total = p.node[v].copy()
+        for k, (u, w, _) in enumerate(p.edges):
+            if w == v:
+                total = total + p.edge[k][choice[u]]
+        choice.append(int(np.argmin(total)))
+    return solution(p, choice)
+
+
+def same_strategies(solution: Solution, graph: Graph) -> Solution:
+    """The strategies of ``solution`` (planned for some sizes) on another graph of the same ops,
+    e.g. a small one to execute: the strategies, not the sizes, are what runs."""
+    p = solution.problem
+    return fixed(graph, p.mesh_shape, p.system, lambda op, _: solution.strategies[op.name])

@@ -1,0 +1,209 @@
+"""A tiny operator graph: matmuls, element-wise ops and reductions, with shapes (no devices).
+
+Every activation is a matrix ``[rows, columns]`` (rows are tokens, ``B`` for short). An op
+reads the outputs of earlier ops or of the graph's inputs:
+
+- ``matmul``: ``Y[B, F] = X[B, D] · W[D, F]``, with its own weight ``W``;
+- ``elementwise``: ``gelu`` (one input) or ``add`` (two inputs of the same shape); ``heads`` is a
+  head-local stand-in for the attention core: ``[B, 3H] → [B, H]``, each output column reads
+  only the columns of its own head (so it shards like an element-wise op along rows and heads);
+- ``reduction``: ``sum`` over the columns, ``[B, H] → [B, 1]``.
+
+Ops are listed in topological order. The graph's inputs (``x``) are free: the data loader can
+deliver them in whatever layout the first op wants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpviz.core import layout
+from tpviz.errors import ArgumentError, ShardingError
+
+KINDS = {"matmul": ("matmul",), "elementwise": ("gelu", "add", "heads"), "reduction": ("sum",)}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator: ``name = fn(*inputs)``.
+
+    Attributes:
+        name: unique within the graph.
+        kind: "matmul", "elementwise" or "reduction".
+        fn: "matmul", "gelu", "add", "heads" or "sum".
+        inputs: names of the ops (or graph inputs) it reads.
+        in_shapes: their shapes.
+        shape: shape of its output.
+        weight: shape ``(D, F)`` of a matmul's weight, else None.
+        heads: attention heads of a "heads" op (columns of one head stay together), else 0.
+    """
+
+    name: str
+    kind: str
+    fn: str
+    inputs: tuple[str, ...]
+    in_shapes: tuple[tuple[int, int], ...]
+    shape: tuple[int, int]
+    weight: tuple[int, int] | None = None
+    heads: int = 0
+
+    @property
+    def flops(self) -> int:
+        """Forward FLOPs on one device holding everything: ``2 B D F`` for a matmul, one per
+        output element otherwise (a sum: one per input element)."""
+        if self.kind == "matmul":
+            return 2 * self.shape[0] * self.weight[0] * self.weight[1]
+        rows, cols = self.in_shapes[0] if self.fn == "sum" else self.shape
+        return rows * cols
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Ops in topological order, the graph's input shapes and the element type."""
+
+    ops: tuple[Op, ...]
+    inputs: dict[str, tuple[int, int]]
+    dtype: str = "float32"
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def op(self, name: str) -> Op:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise ArgumentError(f"no op named {name!r}; the graph has {[o.name for o in self.ops]}.")
+
+    @property
+    def edges(self) -> list[tuple[int, int, int]]:
+        """``(producer, consumer, input position)`` for every op-to-op edge (by op index)."""
+        index = {o.name: i for i, o in enumerate(self.ops)}
+        return [(index[src], j, k) for j, o in enumerate(self.ops)
+                for k, src in enumerate(o.inputs) if src in index]
+
+    @property
+    def nodes(self) -> tuple[Op, ...]:
+        """The ops the solver places: every op, preceded by an ``input`` node for each graph input
+        read by more than one op (it arrives in one layout, which its readers may have to
+        reshard); an input read once arrives in whatever layout its reader wants."""
+        readers = [i for op in self.ops for i in op.inputs if i in self.inputs]
+        shared = tuple(Op(name, "input", "input", (), (), tuple(shape))
+                       for name, shape in self.inputs.items() if readers.count(name) > 1)
+        return shared + self.ops
+
+    @property
+    def node_edges(self) -> list[tuple[int, int, int]]:
+        """:attr:`edges` over :attr:`nodes`."""
+        nodes = self.nodes
+        index = {o.name: i for i, o in enumerate(nodes)}
+        return [(index[src], j, k) for j, o in enumerate(nodes)
+                for k, src in enumerate(o.inputs) if src in index]
+
+    @property
+    def output(self) -> str:
+        """The last op's name: what the graph computes."""
+        return self.ops[-1].name
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Every op no other op reads: all of them are results (none is dead code)."""
+        read = {i for op in self.ops for i in op.inputs}
+        return tuple(op.name for op in self.ops if op.name not in read)
+
+
+def _positive(**sizes) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ArgumentError(f"{name} must be a positive integer, got {value!r}.")
+
+
+class Builder:
+    """Adds ops one at a time and checks their shapes."""
+
+    def __init__(self, dtype="float32", **inputs: tuple[int, int]):
+        layout.dtype_of(dtype)
+        self.dtype, self.inputs, self.ops = str(layout.dtype_of(dtype)), dict(inputs), []
+        self.shapes = {k: tuple(v) for k, v in inputs.items()}
+
+    def _add(self, name, kind, fn, inputs, shape, weight=None, heads=0) -> str:
+        if name in self.shapes:
+            raise ArgumentError(f"the name {name!r} is used twice; give every op its own name.")
+        for i in inputs:
+            if i not in self.shapes:
+                raise ArgumentError(f"op {name!r} reads {i!r}, which is not defined before it.")
+        op = Op(name, kind, fn, tuple(inputs), tuple(self.shapes[i] for i in inputs),
+                tuple(shape), weight, heads)
+        self.ops.append(op)
+        self.shapes[name] = op.shape
+        return name
+
+    def matmul(self, name: str, x: str, features: int) -> str:
+        """``name = x · W`` with a new weight ``W[D, features]``."""
+        _positive(features=features)
+        rows, d = self.shapes.get(x, (0, 0))
+        return self._add(name, "matmul", "matmul", [x], (rows, features), (d, features))
+
+    def gelu(self, name: str, x: str) -> str:
+        return self._add(name, "elementwise", "gelu", [x], self.shapes.get(x, (0, 0)))
+
+    def add(self, name: str, a: str, b: str) -> str:
+        if self.shapes.get(a) != self.shapes.get(b):
+            raise ShardingError(f"add {name!r}: {a} is {self.shapes.get(a)} but {b} is "
+                                f"{self.shapes.get(b)}; an element-wise add needs equal shapes.")
+        return self._add(name, "elementwise", "add", [a, b], self.shapes[a])
+
+    def heads(self, name: str, qkv: str, heads: int) -> str:
+        rows, cols = self.shapes.get(qkv, (0, 0))
+        if cols % (3 * heads):
+            raise ShardingError(f"heads {name!r}: {cols} columns do not hold q, k and v for "
+                                f"{heads} heads; use 3 × hidden columns, hidden divisible by "
+                                "heads.")
+        return self._add(name, "elementwise", "heads", [qkv], (rows, cols // 3), heads=heads)
+
+    def sum(self, name: str, x: str) -> str:
+        return self._add(name, "reduction", "sum", [x], (self.shapes.get(x, (0, 0))[0], 1))
+
+    def graph(self) -> Graph:
+        if not self.ops:
+            raise ArgumentError("the graph has no ops; add at least one.")
+        return Graph(tuple(self.ops), self.inputs, self.dtype)
+
+
+def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype="float32") -> Graph:
+    """``layers`` MLP blocks, each ``matmul [B, H]·[H, F] → gelu → matmul [B, F]·[F, H]``.
+
+    Raises:
+        ArgumentError: a size or ``layers`` that is not a positive integer.
+    """
+    _positive(batch=batch, hidden=hidden, ffn=ffn, layers=layers)
+    g = Builder(dtype, x=(batch, hidden))
+    x = "x"
+    for i in range(1, layers + 1):
+        h = g.matmul(f"w1.{i}", x, ffn)
+        a = g.gelu(f"gelu.{i}", h)
+        x = g.matmul(f"w2.{i}", a, hidden)
+    return g.graph()
+
+
+def transformer(tokens: int, hidden: int, ffn: int, heads: int, layers: int = 1,
+                dtype="float32") -> Graph:
+    """``layers`` transformer blocks (8 ops each): ``qkv`` matmul ``[B, H]·[H, 3H]``, the
+    head-local attention core, ``out`` matmul ``[H, H]``, residual add, MLP (``w1``, gelu,
+    ``w2``), residual add. Layer norms are left out.
+
+    Raises:
+        ArgumentError: a size that is not a positive integer.
+        ShardingError: ``hidden`` not divisible by ``heads``.
+    """
+    _positive(tokens=tokens, hidden=hidden, ffn=ffn, heads=heads, layers=layers)
+    if hidden % heads:
+        raise ShardingError(f"hidden = {hidden} is not divisible by heads = {heads}.")
+    g = Builder(dtype, x=(tokens, hidden))
+    x = "x"
+    for i in range(1, layers + 1):
+        qkv = g.matmul(f"qkv.{i}", x, 3 * hidden)
+        att = g.heads(f"attn.{i}", qkv, heads)
+        x = g.add(f"res1.{i}", x, g.matmul(f"out.{i}", att, hidden))
+        h = g.gelu(f"gelu.{i}", g.matmul(f"w1.{i}", x, ffn))
+        x = g.add(f"res2.{i}", x, g.matmul(f"w2.{i}", h, hidden))
+    return g.graph()

@@ -1,0 +1,162 @@
+"""Checkers for chapter 1: collectives and data parallelism."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec
+
+from tpviz.collectives import buckets
+from tpviz.collectives.plan import crossover, plan
+from tpviz.core import compiled
+from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number, mesh_1d
+
+# Exercise 1: a ring all-reduce of V = 400 MB (100 M float32 gradients) over K = 8 devices
+RING_V, RING_K = 400e6, 8
+# Exercise 2: a parameter server with K = 64 workers, V = 0.2 GB, a 25 GB/s server link
+PS_K, PS_V, PS_BETA = 64, 0.2e9, 25e9
+# Exercise 3: tree against ring, K = 16, α = 10 µs, β = 10 GB/s
+CROSS_K, CROSS_ALPHA, CROSS_BETA = 16, 10e-6, 10e9
+# Exercise 6: 8 layers, 1 ms of backward and 4 MB of gradient each; ring over K = 8,
+# α = 100 µs, β = 10 GB/s
+BUCKET_TIMES, BUCKET_BYTES = [1e-3] * 8, [4e6] * 8
+BUCKET_K, BUCKET_ALPHA, BUCKET_BETA = 8, 100e-6, 10e9
+
+# Exercise 5: does the data-parallel step equal the single-device step on the whole batch?
+STATEMENTS = {
+    "a": "each device averages the loss over its B/N examples; the gradients are averaged "
+         "with an all-reduce",
+    "b": "as (a), but the batch of 32 is split 10, 10, 12 over 3 devices",
+    "c": "as (a), and the model has batch norm, each device normalising with its own examples' "
+         "mean and variance",
+    "d": "each device sums its examples' losses; the gradients are summed with an all-reduce "
+         "and divided by B",
+    "e": "as (a), and the model has layer norm (statistics per example)",
+}
+TRUTH = {"a": True, "b": False, "c": False, "d": True, "e": True}
+
+
+def _number(answer) -> None:
+    if isinstance(answer, bool) or not isinstance(answer, int | float | np.integer | np.floating):
+        raise Wrong(f"give a number, not {answer!r}.")
+
+
+@checker("Bytes of a ring all-reduce")
+def check_ring_bytes(answer) -> str:
+    """Bytes each device sends in a ring all-reduce of V = 400 MB over 8 devices."""
+    p = plan("ring", "all-reduce", RING_K, RING_V)
+    if answer == 2 * RING_V:
+        raise Wrong("that is 2V, the limit for very many devices.",
+                    "Each device sends K−1 chunks in each of the two phases; a chunk is V/K.")
+    if answer == (RING_K - 1) / RING_K * RING_V:
+        raise Wrong("that is one phase only (the reduce-scatter).",
+                    "After the reduce-scatter comes an all-gather of the same size.")
+    if answer == 2 * (RING_K - 1) * RING_V:
+        raise Wrong("that sends the whole array at every step.", "Each step moves one chunk, V/K.")
+    expect_number(answer, p.bytes_per_device, rel=1e-9,
+                  hint="Count the steps, and the bytes of one chunk.")
+    return f"2(K−1)/K · V = {p.bytes_per_device / 1e6:,.0f} MB, the lower bound."
+
+
+@checker("The parameter server's bottleneck")
+def check_server_seconds(answer) -> str:
+    """Seconds of one step's communication at the server (receive, then send back)."""
+    _number(answer)
+    p = plan("parameter-server", "all-reduce", PS_K, PS_V)
+    want = p.time(0.0, PS_BETA)
+    if math.isclose(answer, 2 * PS_V / PS_BETA, rel_tol=1e-6):
+        raise Wrong("that is what one worker sends and receives.",
+                    "The server's single link carries every worker's gradients.")
+    if math.isclose(answer, PS_K * PS_V / PS_BETA, rel_tol=1e-6):
+        raise Wrong("that is one direction only.", "First all gradients arrive, then the sums "
+                    "leave, one after the other.")
+    expect_number(answer, want, rel=1e-6, hint="Bytes through the server's link, over β.")
+    return f"2·K·V/β = {want:.3g} s, growing with K: the reason for all-reduce."
+
+
+@checker("Where the ring overtakes the tree")
+def check_crossover(answer) -> str:
+    """Message size (bytes) at which the ring and the tree all-reduce take equal time."""
+    _number(answer)
+    want = crossover("tree", "ring", CROSS_K, CROSS_ALPHA, CROSS_BETA)
+    n = int(math.log2(CROSS_K))
+    ring_steps, tree_steps = 2 * (CROSS_K - 1), 2 * n
+    only_reduce = (ring_steps - n) * CROSS_ALPHA * CROSS_BETA / (n - 2 * (CROSS_K - 1) / CROSS_K)
+    if math.isclose(answer, only_reduce, rel_tol=1e-3):
+        raise Wrong("your tree only reduces: it also has to broadcast the sum back down.",
+                    "The tree takes 2·log₂K steps, each moving the whole V.")
+    if math.isclose(answer, (ring_steps - tree_steps) * CROSS_ALPHA * CROSS_BETA / (
+            2 * n - 2), rel_tol=1e-3):
+        raise Wrong("the ring sends 2(K−1)/K · V per device, not 2V.",
+                    "Use the exact bytes, not the large-K limit.")
+    expect_number(answer, want, rel=1e-3, hint="Write both times as steps·α + bytes/β, set "
+                  "them equal and solve for V.")
+    return (f"V ≈ {want / 1e3:,.0f} KB: smaller messages are latency-bound (the tree wins), "
+            "larger ones bandwidth-bound (the ring wins).")
+
+
+@checker("Ring reduce-scatter with ppermute")
+def check_ring_reduce_scatter(fn) -> str:
+    """``fn(x, axis, k)``: per-device ring reduce-scatter of ``x: f32[n]`` over ``axis``,
+    returning this device's reduced chunk ``f32[n/k]``."""
+    k = 8
+    mesh = mesh_1d(k, "X")
+    x = np.random.default_rng(7).normal(size=(k * 64,)).astype(np.float32)
+    prog = jax.jit(jax.shard_map(lambda v: fn(v, "X", k), mesh=mesh,
+                                 in_specs=PartitionSpec("X"), out_specs=PartitionSpec("X")))
+    got = call(prog, x, what="your reduce-scatter")
+    want = x.reshape(k, k, -1).sum(0).reshape(-1)  # device i: chunk i of the sum
+    hint = ("At step s device i sends chunk (i − s − 1) mod K to device i + 1, which adds it "
+            "to its own copy of that chunk; after K − 1 steps device i holds the sum of chunk i.")
+    found = compiled.collectives(prog, x)
+    if found.kinds().get("all-reduce") or found.kinds().get("reduce-scatter"):
+        raise Wrong("your program uses JAX's own collective (psum or psum_scatter).",
+                    "Use only jax.lax.ppermute.")
+    expect_array(got, want, what="the result", rtol=1e-4, atol=1e-4, hint=hint)
+    ring = {tuple(sorted((i, (i + 1) % k) for i in range(k))),
+            tuple(sorted(((i + 1) % k, i) for i in range(k)))}
+    chunk = 64 // k * 4  # bytes of one chunk: 64 float32 per device, split in k
+    if [(c.kind, c.bytes) for c in found] != [("collective-permute", chunk)] * (k - 1):
+        raise Wrong(f"the compiled program holds {len(found)} collective(s) "
+                    f"{sorted({(c.kind, c.bytes) for c in found})}; expected {k - 1} "
+                    f"collective-permutes of {chunk} bytes (one chunk each).", hint)
+    if any(tuple(sorted(c.groups)) not in ring for c in found):
+        raise Wrong("some sends go to a device that is not a ring neighbour.", hint)
+    return f"{k - 1} collective-permutes of one chunk ({chunk} bytes) each, as planned."
+
+
+@checker("When data parallelism equals the big batch")
+def check_same_as_big_batch(answers) -> str:
+    """A dict from the keys of ``STATEMENTS`` to True (equal) or False."""
+    if not isinstance(answers, dict) or set(answers) != set(STATEMENTS):
+        raise Wrong(f"give a dict with the keys {sorted(STATEMENTS)} and True or False values.")
+    wrong = sorted(k for k in STATEMENTS if answers[k] is not TRUTH[k])
+    if wrong:
+        raise Wrong(f"{len(wrong)} of {len(STATEMENTS)} wrong, e.g. ({wrong[0]}).",
+                    "The big-batch gradient is the mean over all B examples of each example's "
+                    "gradient. Is every device's share weighted 1/B, and does each example's "
+                    "gradient depend only on that example?")
+    return "Right: equal shares and per-example computation make the average exact."
+
+
+@checker("The best bucket size")
+def check_bucket_size(answer) -> str:
+    """A bucket size in bytes with the least exposed communication for the exercise's model."""
+    if isinstance(answer, bool) or not isinstance(answer, int | float) or not answer >= 0:
+        raise Wrong(f"give a bucket size in bytes (a number >= 0), not {answer!r}.")
+    kw = {"devices": BUCKET_K, "alpha": BUCKET_ALPHA, "beta": BUCKET_BETA}
+    _best, line = buckets.best_bucket(BUCKET_TIMES, BUCKET_BYTES, **kw)
+    mine = buckets.simulate(BUCKET_TIMES, BUCKET_BYTES, answer, **kw)
+    if mine.exposed > line.exposed * (1 + 1e-9):
+        n = len(mine.buckets)
+        why = ("every all-reduce pays 14 α" if n > len(line.buckets)
+               else "the last bucket waits for the end of the backward pass")
+        raise Wrong(f"with {n} bucket(s) {mine.exposed * 1e3:.2f} ms of communication is "
+                    f"exposed: {why}.",
+                    "Try each way of grouping the 8 gradients with buckets.simulate and compare "
+                    ".exposed.")
+    return (f"{len(mine.buckets)} buckets: {mine.exposed * 1e3:.2f} ms exposed, against "
+            f"{buckets.simulate(BUCKET_TIMES, BUCKET_BYTES, 0, **kw).exposed * 1e3:.2f} ms with "
+            "one bucket per layer.")

@@ -1,0 +1,64 @@
+"""``explore_moe``: experts, k, capacity factor, router skew, devices → load, drops, bytes, time."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from tpviz.core.collectives import html_table
+from tpviz.core.cost import SYSTEMS
+from tpviz.core.layout import dtype_size
+from tpviz.core.widgets import Controls, Live, live
+from tpviz.moe.draw import load
+from tpviz.moe.plan import aux_loss, plan, route, skewed_logits
+
+
+def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
+               skew: float = 0.0, devices: int = 8, system: str = "H100 (NVLink)",
+               tokens: int = 4096, hidden: int = 4096, ffn: int = 14336,
+               dtype: str = "bf16") -> tuple[str, Figure]:
+    """A table (capacity, drops, aux loss, bytes and time per layer) and the load per expert of
+    a synthetic router (:func:`tpviz.moe.plan.skewed_logits`) on ``tokens`` tokens."""
+    p = plan(tokens, experts, top_k, capacity_factor, devices, hidden, ffn, dtype)
+    r = route(skewed_logits(tokens, experts, skew), top_k, capacity_factor, devices)
+    estimate = p.time(SYSTEMS[system])
+    a2a, tp = p.collectives(), p.tensor_parallel_collectives()
+    mib, size = 2**20, dtype_size(dtype)
+    rows = [("capacity C per expert and group", f"{p.capacity:,} (groups of {p.group_tokens:,}"
+             f" tokens)"),
+            ("choices dropped", f"{r.dropped:.1%}"),
+            ("load-balancing loss α·E·Σ f·P", f"{aux_loss(r.probs, r.experts):.4f} "
+             "(balanced: 0.0100)"),
+            ("expert weights per device", f"{p.expert_params_per_device * size / mib:,.0f} MiB "
+             f"({p.experts_per_device} experts)"),
+            ("all-to-all buffer [E, C, H] per device", f"{p.dispatch_bytes / mib:,.1f} MiB"),
+            ("sent per device, forward (2 all-to-alls)", f"{a2a.sent_bytes() / mib:,.1f} MiB"),
+            ("same FFN tensor-parallel: all-reduce sends", f"{tp.sent_bytes() / mib:,.1f} MiB"),
+            (f"forward time on {system}", f"compute {estimate.compute_s * 1e3:,.2f} ms, "
+             f"all-to-alls {estimate.comm_s * 1e3:,.2f} ms ({estimate.bound}-bound)")]
+    fig = load(r, devices)
+    return html_table(("", f"T = {tokens:,}, H = {hidden:,}, F = {ffn:,}, {dtype}"), rows), fig
+
+
+def explore_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
+                skew: float = 0.0, devices: int = 8, system: str = "H100 (NVLink)") -> Live:
+    """Experts, k, capacity factor, router skew and devices → load per expert against capacity,
+    drops, all-to-all bytes per device and the forward time of the layer on a chosen system."""
+    c = Controls("explore_moe")
+    controls = {
+        "experts": c.select_slider("experts", experts, [4, 8, 16, 32, 64, 128], "experts E"),
+        "top_k": c.int_slider("top_k", top_k, 1, 4, "top-k"),
+        "capacity_factor": c.select_slider("capacity_factor", capacity_factor,
+                                           [0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0],
+                                           "capacity factor"),
+        "skew": c.select_slider("skew", skew, [0.0, 0.5, 1.0, 2.0, 3.0], "router skew"),
+        "devices": c.dropdown("devices", devices, [1, 2, 4, 8, 16], "devices N"),
+        "system": c.dropdown("system", system, SYSTEMS, "system"),
+    }
+    return live(controls, render_moe)
+
+
+# settings the benchmarks time: the defaults and the largest the widget offers
+BENCHMARKS = [(render_moe, dict(experts=32, top_k=2, capacity_factor=1.25, skew=0.0, devices=8,
+                                system="H100 (NVLink)")),
+              (render_moe, dict(experts=128, top_k=4, capacity_factor=3.0, skew=3.0, devices=16,
+                                system="H100 (NVLink)"))]

@@ -1,0 +1,266 @@
+"""A mixture-of-experts layer as a plan: capacity, routing, drops, shapes and all-to-alls.
+
+The layer (GShard, Switch): a router ``W_r[H, E]`` gives each token ``x`` gate logits
+``x W_r``; the token goes to its top-k experts, and the layer returns
+``y = x + Σ_j g_j · FFN_{e_j}(x)`` over the kept choices ``e_j`` (a dropped choice adds nothing:
+the token passes through the residual). Tokens are split into groups of ``S`` tokens, one group
+per device (GShard's G, data-parallel); each expert takes at most
+
+    C = ⌈k · S · cf / E⌉ tokens of a group (cf = the capacity factor).
+
+Choices beyond C are dropped, in GShard's order: all first choices before any second choice,
+and within one choice by token position. With experts split over N devices (E/N each), a device
+packs its group into a buffer ``[E, C, H]`` and an all-to-all sends expert e's rows to the
+device that holds e (dispatch); a second all-to-all brings the results back (combine). The
+backward pass repeats both. Everything here is NumPy: no devices, no JAX tracing.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpviz.core import cost, layout
+from tpviz.core.collectives import Collective, Collectives
+from tpviz.errors import ArgumentError, ShardingError
+
+AXIS = "expert"
+ORDERS = ("before", "after")  # softmax before or after top-k
+
+
+def _positive_int(name: str, value) -> None:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+        raise ArgumentError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def validate(tokens: int, experts: int, top_k: int, capacity_factor: float,
+             devices: int = 1) -> None:
+    """Raise a clear error for sizes that do not make an expert-parallel MoE layer.
+
+    Raises:
+        ArgumentError: a size that is not a positive integer, k > E, or cf <= 0.
+        ShardingError: E or the tokens not divisible by the devices.
+    """
+    for name, value in (("tokens", tokens), ("experts", experts), ("top_k", top_k),
+                        ("devices", devices)):
+        _positive_int(name, value)
+    if top_k > experts:
+        raise ArgumentError(f"top_k={top_k} is more than the {experts} experts: a token cannot "
+                            f"pick more experts than there are. Use top_k <= {experts}.")
+    if not isinstance(capacity_factor, int | float | np.number) or isinstance(
+            capacity_factor, bool) or not capacity_factor > 0 or math.isinf(capacity_factor):
+        raise ArgumentError(f"capacity_factor must be a number > 0 (1.0 = exactly the average "
+                            f"load, 1.25 is common), got {capacity_factor!r}.")
+    if experts % devices:
+        raise ShardingError(f"{experts} experts do not split over {devices} devices: each device "
+                            f"holds E/N whole experts. Use a number of experts divisible by "
+                            f"{devices}.")
+    if tokens % devices:
+        raise ShardingError(f"{tokens} tokens do not split over {devices} devices (one group of "
+                            f"T/N tokens each). Use a multiple of {devices}.")
+
+
+def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
+    """C = ⌈k · T · cf / E⌉: the most tokens one expert takes from a group of ``tokens``.
+
+    Example:
+        >>> capacity(tokens=64, experts=8, top_k=2, capacity_factor=1.25)
+        20
+    """
+    validate(tokens, experts, top_k, capacity_factor)
+    return math.ceil(round(top_k * tokens * capacity_factor / experts, 9))
+
+
+# --- routing (NumPy) ---------------------------------------------------------------------------
+
+def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+    z = np.asarray(logits, np.float64)
+    z = np.exp(z - z.max(axis=axis, keepdims=True))
+    return z / z.sum(axis=axis, keepdims=True)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Where each token goes: ``experts[t, j]`` is token t's j-th choice, ``gates[t, j]`` its
+    weight, ``keep[t, j]`` whether it fits under the capacity, ``probs[t]`` the router's softmax
+    over all E experts."""
+
+    experts: np.ndarray  # int [T, k]
+    gates: np.ndarray  # float [T, k]
+    keep: np.ndarray  # bool [T, k]
+    probs: np.ndarray  # float [T, E]
+    capacity: int  # per expert and group
+    groups: int
+
+    @property
+    def dropped(self) -> float:
+        """Fraction of the T·k token-choices dropped."""
+        return float(1 - self.keep.mean())
+
+    def load(self) -> np.ndarray:
+        """Choices routed to each expert (before dropping), summed over the groups."""
+        return np.bincount(self.experts.ravel(), minlength=self.probs.shape[1])
+
+    def kept(self) -> np.ndarray:
+        """Choices each expert takes (after dropping), summed over the groups."""
+        return np.bincount(self.experts[self.keep], minlength=self.probs.shape[1])
+
+
+def top_k(logits: np.ndarray, k: int, order: str = "before",
+          probs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each token's k largest logits (first = largest) and their gates.
+
+    ``order="before"``: softmax over all E experts, then keep the k largest probabilities (Switch,
+    GShard before its renormalisation): the gates sum to less than 1. ``"after"``: keep the k
+    largest logits, then softmax over those k (Shazeer et al.'s Softmax(KeepTopK(H(x)))): the
+    gates sum to 1, and equal the "before" gates divided by their sum. ``probs``: the softmax
+    of the logits, if already computed.
+    """
+    if order not in ORDERS:
+        raise ArgumentError(f"order={order!r}: use 'before' (softmax, then top-k) or 'after'.")
+    logits = np.asarray(logits)
+    validate(logits.shape[0], logits.shape[1], k, 1.0)
+    part = np.argpartition(-logits, k - 1, axis=1)[:, :k] if k < logits.shape[1] else \
+        np.broadcast_to(np.arange(k), logits.shape).copy()
+    experts = np.take_along_axis(part, np.argsort(-np.take_along_axis(logits, part, axis=1),
+                                                  axis=1, kind="stable"), axis=1)
+    if order == "before":
+        gates = np.take_along_axis(softmax(logits) if probs is None else probs, experts, axis=1)
+    else:
+        gates = softmax(np.take_along_axis(logits, experts, axis=1))
+    return experts, gates
+
+
+def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) -> np.ndarray:
+    """Which choices fit: per group, expert e takes choices in GShard's order (every first
+    choice by token position, then every second choice, ...) until it holds ``capacity``."""
+    experts = np.asarray(experts)
+    t, k = experts.shape
+    if t % groups:
+        raise ShardingError(f"{t} tokens do not split into {groups} groups.")
+    s = t // groups
+    # each group's choices in GShard's order (choice-major), as one key per (group, expert)
+    key = (experts.reshape(groups, s, k).transpose(0, 2, 1)
+           + num_experts * np.arange(groups)[:, None, None]).ravel()
+    order = np.argsort(key, kind="stable")  # by (group, expert), keeping GShard's order
+    first = np.searchsorted(key[order], np.arange(groups * num_experts))  # where each run starts
+    position = np.empty_like(order)
+    position[order] = np.arange(key.size) - first[key[order]]  # place in its expert's slots
+    return (position < capacity).reshape(groups, k, s).transpose(0, 2, 1).reshape(t, k)
+
+
+def route(logits: np.ndarray, top_k_: int, capacity_factor: float, groups: int = 1,
+          order: str = "before") -> Routing:
+    """Top-k choices, gates and the GShard drop rule for ``logits[T, E]`` split into groups."""
+    logits = np.asarray(logits)
+    t, e = logits.shape
+    validate(t, e, top_k_, capacity_factor, 1)
+    if t % groups:
+        raise ShardingError(f"{t} tokens do not split into {groups} groups.")
+    c = capacity(t // groups, e, top_k_, capacity_factor)
+    probs = softmax(logits)
+    experts, gates = top_k(logits, top_k_, order, probs)
+    return Routing(experts, gates, keep(experts, e, c, groups), probs, c, groups)
+
+
+def aux_loss(probs: np.ndarray, experts: np.ndarray, alpha: float = 0.01) -> float:
+    """Switch's load-balancing loss α · E · Σ_i f_i · P_i.
+
+    ``f_i``: the fraction of the T·k token-choices routed to expert i (before dropping; for k = 1
+    Switch's fraction of tokens); ``P_i``: the router's mean probability for expert i. A uniform
+    router and load give α, its minimum; all tokens on one expert give α·E.
+    """
+    probs, experts = np.asarray(probs, np.float64), np.asarray(experts)
+    e = probs.shape[1]
+    f = np.bincount(experts.ravel(), minlength=e) / experts.size
+    return float(alpha * e * np.sum(f * probs.mean(0)))
+
+
+def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: int = 0) -> np.ndarray:
+    """A synthetic router's logits: noise plus ``skew`` times a preference that falls linearly
+    from expert 0 to expert E-1 (skew 0: balanced on average)."""
+    return _noise(tokens, experts, seed) + skew * np.linspace(1, -1, experts)
+
+
+@functools.lru_cache(maxsize=16)
+def _noise(tokens: int, experts: int, seed: int) -> np.ndarray:
+    noise = np.random.default_rng(seed).standard_normal((tokens, experts))
+    noise.flags.writeable = False  # shared by the calls that hit the cache
+    return noise
+
+
+# --- the layer on N devices --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """Shapes, bytes and all-to-alls of one MoE layer with E/N experts on each of N devices."""
+
+    tokens: int  # T, the whole batch
+    experts: int  # E
+    top_k: int  # k
+    capacity_factor: float  # cf
+    devices: int  # N
+    hidden: int  # H
+    ffn: int  # F, one expert's width
+    dtype: str
+    group_tokens: int  # S = T / N, one device's group
+    capacity: int  # C per expert and group
+    shapes: dict  # name -> per-device shape
+    expert_params_per_device: int  # 2 · (E/N) · H · F
+    dispatch_bytes: int  # one device's buffer [E, C, H]
+
+    @property
+    def experts_per_device(self) -> int:
+        return self.experts // self.devices
+
+    def collectives(self, training: bool = False) -> Collectives:
+        """Dispatch and combine all-to-alls (forward), twice that with the backward pass."""
+        one = Collective("all-to-all", self.dispatch_bytes, self.devices, self.dtype,
+                         (self.experts, self.capacity, self.hidden), (AXIS,),
+                         what="token buffer [E, C, H]")
+        return Collectives([one] * (2 + 2 * training) if self.devices > 1 else [])
+
+    def tensor_parallel_collectives(self, training: bool = False) -> Collectives:
+        """The all-reduce(s) of the same layer tensor-parallelised instead: every device holds
+        1/N of every expert and all T tokens, and adds the partial outputs [T, H]."""
+        size = layout.dtype_size(self.dtype)
+        one = Collective("all-reduce", self.tokens * self.hidden * size, self.devices, self.dtype,
+                         (self.tokens, self.hidden), (AXIS,), what="output [T, H]")
+        return Collectives([one] * (1 + training) if self.devices > 1 else [])
+
+    @property
+    def flops_per_device(self) -> float:
+        """Forward FLOPs of one device: the router on its S tokens, and its E/N experts on the
+        N·C slots each (two matmuls of 2·H·F per slot; empty slots are computed too)."""
+        slots = self.experts_per_device * self.devices * self.capacity
+        return 2 * self.group_tokens * self.hidden * self.experts + 4 * slots * self.hidden * \
+            self.ffn
+
+    def time(self, system: cost.System) -> cost.Estimate:
+        """Forward time of the layer on a system (α–β all-to-alls, peak FLOP/s)."""
+        return cost.estimate(self.flops_per_device, self.collectives(), system)
+
+
+def plan(tokens: int, experts: int, top_k: int, capacity_factor: float, devices: int,
+         hidden: int = 16, ffn: int = 32, dtype="float32") -> Plan:
+    """Per-device shapes and bytes of an expert-parallel MoE layer.
+
+    Raises:
+        ArgumentError: a size that is not a positive integer, k > E, or cf <= 0.
+        ShardingError: E or T not divisible by the devices.
+    """
+    validate(tokens, experts, top_k, capacity_factor, devices)
+    _positive_int("hidden", hidden)
+    _positive_int("ffn", ffn)
+    s, local = tokens // devices, experts // devices
+    c = capacity(s, experts, top_k, capacity_factor)
+    shapes = {"x": (s, hidden), "router": (hidden, experts), "w_in": (local, hidden, ffn),
+              "w_out": (local, ffn, hidden), "dispatch": (experts, c, hidden),
+              "expert input": (local, devices * c, hidden)}
+    size = layout.dtype_size(dtype)
+    return Plan(tokens, experts, top_k, float(capacity_factor), devices, hidden, ffn,
+                str(layout.dtype_of(dtype)), s, c, shapes, 2 * local * hidden * ffn,
+                experts * c * hidden * size)

@@ -1,0 +1,271 @@
+"""Bad input, tried as a new user and a careless learner would: every call gets a clear error
+(its type, and a message that names the argument), never a raw error from deep inside, a hang
+or a crash; right answers in another numeric type are accepted; no checker false-passes."""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import tpviz
+from tpviz import exercises, megatron, mesh2d, pipeline, zero
+from tpviz.core import compiled, layout, notation
+from tpviz.core import exercises as framework
+from tpviz.errors import (
+    ArgumentError,
+    DeviceSetupError,
+    NotationError,
+    ScheduleError,
+    ShardingError,
+    ZeroError,
+)
+from tpviz.exercises import ExerciseFailed
+from tpviz.layouts import draw as layouts_draw
+
+SCHEDULE = pipeline.schedule("1f1b", 4, 8)
+
+
+def mesh4(axis):
+    return tpviz.make_mesh((4,), (axis,), devices=tpviz.devices.chosen_devices()[:4])
+
+
+MLP = megatron.init(16, 32, kind="mlp")
+X = np.zeros((2, 4, 16), np.float32)
+
+# (call, error type, words the message must hold: the argument's name or the fix)
+BAD = [
+    # devices and meshes
+    (lambda: tpviz.setup_devices(0), DeviceSetupError, "n must be a positive integer"),
+    (lambda: tpviz.setup_devices(-3), DeviceSetupError, "positive integer"),
+    (lambda: tpviz.setup_devices(2.5), TypeError, "n must be an integer, got 2.5"),
+    (lambda: tpviz.setup_devices("8"), TypeError, "n must be an integer"),
+    (lambda: tpviz.setup_devices(True), TypeError, "n must be an integer, got True"),
+    (lambda: tpviz.setup_devices(100_000), DeviceSetupError, "at most 4,096 emulated"),
+    (lambda: tpviz.setup_devices(32768), DeviceSetupError, "at most 4,096 emulated"),
+    (lambda: tpviz.make_mesh((2, 4), ("X",)), ShardingError, "give one name per axis"),
+    (lambda: tpviz.make_mesh((2, 4), ("X", "X")), ShardingError, "repeat a name"),
+    (lambda: tpviz.make_mesh((0, 8), ("X", "Y")), ArgumentError, r"shape\[0\]"),
+    (lambda: tpviz.make_mesh((2.0, 4), ("X", "Y")), TypeError, r"shape\[0\] must be an integer"),
+    (lambda: tpviz.make_mesh((4, 4), ("X", "Y")), ShardingError, "needs 16 devices"),
+    # notation and layouts
+    (lambda: notation.parse("A[I_model, J]"), NotationError, "multi-letter axis names need braces"),
+    (lambda: notation.parse("A[I_data, J]"), NotationError, r"I_\{data\}"),
+    (lambda: notation.parse("A[I_X1, J]"), NotationError, "'X1'"),
+    (lambda: notation.parse("A[I_1, J]"), NotationError, "mesh axes are single ASCII letters"),
+    (lambda: notation.parse("A[I_Χ, J]"), NotationError, "Greek"),
+    (lambda: notation.parse("A(I, J)"), NotationError, "write an array name"),
+    (lambda: notation.parse(42), TypeError, "expected a notation string"),
+    (lambda: layout.shard_shape((8, 16), "A[I_X, J]", [("X", 2)]), TypeError,
+     "mesh_shape must be a mesh shape"),
+    (lambda: layout.shard_shape((8, 16), "A[I_X, J]", {"X": 0}), ArgumentError,
+     r"mesh_shape\['X'\]"),
+    (lambda: layout.shard_shape("8x16", "A[I_X, J]", {"X": 2}), TypeError, "shape must be a tuple"),
+    (lambda: layout.shard_shape((8, -1), "A[I_X, J]", {"X": 2}), ArgumentError, r"shape\[1\]"),
+    (lambda: layout.shard_shape((7, 16), "A[I_X, J]", {"X": 2}), ShardingError, "does not divide"),
+    (lambda: layout.shard_shape((8, 16), "A[I_Z, J]", {"X": 2}), ShardingError,
+     "unknown mesh axis 'Z'"),
+    (lambda: layout.dtype_size("float33"), ShardingError, "unknown dtype"),
+    (lambda: layouts_draw.array(np.ones((4, 4))), TypeError, "x must be a jax.Array"),
+    (lambda: layouts_draw.sharding((2, 2, 2), P(), {"X": 2}), ShardingError, "1D or 2D"),
+    # compiled programs
+    (lambda: compiled.collectives(42, np.ones(4)), TypeError, "expected a function to compile"),
+    (lambda: compiled.collectives(lambda x: x @ x, np.ones((2, 3))), Exception,
+     "does not compile"),
+    # pipeline plans
+    (lambda: pipeline.schedule("1f1b", 4096, 8192), ScheduleError, "67,108,864 ops"),
+    (lambda: pipeline.schedule("1F1B", 4, 8), ScheduleError, "Did you mean '1f1b'"),
+    (lambda: pipeline.schedule("pipedream", 4, 8), ScheduleError, "name = 'pipedream'"),
+    (lambda: pipeline.schedule("gpipe", 4.0, 8), TypeError, "stages must be an integer"),
+    (lambda: pipeline.schedule("gpipe", 4, 0), ScheduleError, "microbatches must be a positive"),
+    (lambda: pipeline.schedule("gpipe", 4, 8, 2), ScheduleError, "use 'interleaved'"),
+    (lambda: pipeline.schedule("interleaved", 4, 6, 2), ScheduleError, "multiple of 4"),
+    (lambda: pipeline.simulate("1f1b"), TypeError, "schedule must be a Schedule"),
+    (lambda: pipeline.simulate(SCHEDULE, forward=-1), ArgumentError, "forward must be positive"),
+    (lambda: pipeline.simulate(SCHEDULE, forward=0, backward=0), ArgumentError, "forward"),
+    (lambda: pipeline.simulate(SCHEDULE, forward=float("nan")), ArgumentError,
+     "forward must be a finite number"),
+    (lambda: pipeline.simulate(SCHEDULE, backward=float("inf")), ArgumentError, "backward"),
+    (lambda: pipeline.simulate(SCHEDULE, p2p=-1), ArgumentError, "p2p must be at least 0"),
+    (lambda: pipeline.balance([1, float("nan"), 3], 2), ScheduleError, r"costs\[1\]"),
+    (lambda: pipeline.balance([1, -2, 3], 2), ScheduleError, r"costs\[1\] must be at least 0"),
+    (lambda: pipeline.balance("1, 2, 3", 2), TypeError, "costs must be a list"),
+    (lambda: pipeline.balance([1, 2], 3), ScheduleError, "at most 2 stages"),
+    (lambda: pipeline.balance([1, 2], 0), ScheduleError, "stages must be a positive integer"),
+    (lambda: pipeline.bubble_formula("gpipe", -4, 8), ArgumentError,
+     "stages must be a positive integer"),
+    (lambda: pipeline.bubble_formula("gpip", 4, 8), ArgumentError, "Did you mean 'gpipe'"),
+    # ZeRO plans
+    (lambda: zero.memory(1e9, 8, 4), ZeroError, "stage = 4"),
+    (lambda: zero.memory(1e9, 8, "2"), ZeroError, "stage = '2'"),
+    (lambda: zero.memory(-1, 8, 1), ZeroError, "params must be positive"),
+    (lambda: zero.memory(float("nan"), 8, 1), ZeroError, "params must be a finite number"),
+    (lambda: zero.memory(1e9, 0, 1), ZeroError, "devices must be a positive integer"),
+    (lambda: zero.memory(1e9, 2.5, 1), TypeError, "devices must be an integer"),
+    (lambda: zero.communication(1e9, 8, 1, param_bytes=0), ZeroError, "param_bytes"),
+    (lambda: zero.smallest_devices(1e9, 2, -5), ZeroError, "capacity must be positive"),
+    # Megatron
+    (lambda: megatron.specs("mlpp"), ShardingError, "unknown kind 'mlpp'"),
+    (lambda: megatron.plan(16, 30, 64, 4, 4), ShardingError, "not divisible by 4 heads"),
+    (lambda: megatron.plan(16, 48, 64, 6, 4), ShardingError, "6 heads do not split"),
+    (lambda: megatron.plan(16, 32, 64, 4, 4.0), TypeError, "devices must be an integer"),
+    (lambda: megatron.plan(16, 32, 64, 4, 4, kind="mlpp"), ShardingError, "kind = 'mlpp'"),
+    (lambda: megatron.check("mlp", mesh4("model"), X, X,
+                            {"wq": MLP["w1"]}), ShardingError, "needs the weights"),
+    (lambda: megatron.check("mlp", mesh4("tp"), X, X, MLP), ShardingError,
+     "not 'model'"),
+    (lambda: megatron.check("block", mesh4("model"), X, X,
+                            megatron.init(16, 32)), ShardingError, "needs head_dim"),
+    # the 2D mesh
+    (lambda: mesh2d.plan(16, 8, 32, (4, 2.0)), TypeError, "mesh"),
+    (lambda: mesh2d.plan(15, 8, 32, (4, 2)), ShardingError, "batch = 15 does not divide"),
+    (lambda: mesh2d.plan(16, 8, 32, (2, 2, 2)), ShardingError, "a 2D mesh shape is"),
+    # widgets: never clamp, always name the argument
+    (lambda: tpviz.explore_zero(stage=4), ArgumentError, r"explore_zero\(stage=4\)"),
+    (lambda: tpviz.explore_zero(devices=3), ArgumentError, "explore_zero: devices = 3"),
+    (lambda: tpviz.explore_pipeline(stages=64), ArgumentError, r"explore_pipeline\(stages=64\)"),
+    (lambda: tpviz.explore_pipeline(name="1F1B"), ArgumentError, "Did you mean '1f1b'"),
+    (lambda: tpviz.explore_megatron(hidden=1000), ArgumentError, "hidden = 1000"),
+    (lambda: tpviz.explore_layout(notation=3), TypeError, r"explore_layout\(notation=3\)"),
+    (lambda: tpviz.explore_mesh2d(data=3), ArgumentError, "data = 3"),
+    (lambda: tpviz.explore_matmul(system="TPU"), ArgumentError, "system = 'TPU'"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "words"), BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_input_gets_a_clear_error(call, error, words):
+    start = time.perf_counter()
+    with pytest.raises(error, match=words) as info:
+        call()
+    assert isinstance(info.value, tpviz.errors.TpvizError)  # ours, not a raw one from inside
+    assert isinstance(info.value, ValueError | TypeError)
+    assert time.perf_counter() - start < 30  # refused, not attempted
+
+
+def test_there_are_at_least_60_bad_inputs():
+    assert len(BAD) >= 60
+
+
+def test_size_guards_answer_within_a_second():
+    for call in (lambda: tpviz.setup_devices(100_000), lambda: pipeline.schedule("1f1b", 4096, 8192)):
+        start = time.perf_counter()
+        with pytest.raises(ValueError):
+            call()
+        assert time.perf_counter() - start < 1
+
+
+def test_numpy_and_jax_integers_are_integers():
+    n = np.int64(8)
+    assert len(tpviz.setup_devices(n, verbose=False)) == 8
+    assert tpviz.make_mesh((np.int64(2), np.int32(4)), ("X", "Y")).size == 8
+    assert pipeline.schedule("gpipe", np.int64(4), np.int32(8)).stages == 4
+    assert pipeline.balance(np.array([4, 1, 1, 4]), np.int64(2)).bounds == ((0, 2), (2, 4))
+    assert megatron.plan(np.int64(16), 32, 64, 4, np.int64(4)).devices == 4
+    assert mesh2d.plan(np.int64(16), 8, 32, (np.int64(4), 2)).batch == 16
+    assert zero.memory(np.int64(1_000_000), np.int64(8), np.int64(2)).total == pytest.approx(
+        2e6 + 14e6 / 8)
+
+
+def test_mesh_shape_may_be_a_mesh():
+    mesh = tpviz.make_mesh((2, 4), ("X", "Y"))
+    assert layout.shard_shape((8, 16), "A[I_X, J_Y]", mesh) == (4, 4)
+
+
+def test_restart_is_advised_only_when_needed():
+    try:
+        tpviz.setup_devices(4, verbose=False)
+        with pytest.raises(ShardingError, match="again \\(no restart needed") as info:
+            tpviz.make_mesh((2, 4), ("X", "Y"))
+        assert "Restart the kernel" not in str(info.value)
+    finally:
+        tpviz.setup_devices(8, verbose=False)
+    assert tpviz.make_mesh((2, 4), ("X", "Y")).size == 8
+
+
+# --- checkers: no false pass, other numeric types accepted, one call, a time limit ---------------
+
+def test_holders_want_exact_device_numbers():
+    for wrong in ("0123", [0, 1, 2, 3.9], [0.0, 1, 2, 3], ["0", "1", "2", "3"]):
+        with pytest.raises(ExerciseFailed):
+            exercises.check_holders(wrong)
+    exercises.check_holders({0, 1, 2, 3})
+    exercises.check_holders(np.array([3, 2, 1, 0]))
+    exercises.check_holders([np.int64(0), 1, 2, jnp.int32(3)])
+
+
+def test_rows_over_mesh_must_cover_every_device():
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    four = tpviz.make_mesh((2, 2), ("X", "Y"), devices=tpviz.devices.chosen_devices()[:4])
+    with pytest.raises(ExerciseFailed, match="all 8 devices"):
+        exercises.check_rows_over_mesh(jax.device_put(x, NamedSharding(four, P(("X", "Y")))), x)
+    mesh = tpviz.make_mesh((2, 4), ("X", "Y"))
+    exercises.check_rows_over_mesh(jax.device_put(x, NamedSharding(mesh, P(("X", "Y")))), x)
+
+
+def test_right_answers_in_other_numeric_types_are_accepted():
+    exercises.check_bytes_per_device(jnp.int32(8388608))
+    exercises.check_bytes_per_device(np.int64(8388608))
+    exercises.check_bubble(Fraction(7, 39))
+    exercises.check_bubble(np.float32(7 / 39))
+    exercises.check_weight_versions(np.array([4, 3, 2, 1]))
+    exercises.check_weight_versions((4, 3, 2, 1))
+    exercises.check_microbatches(np.int64(133))
+    for wrong in ("8388608", True, [8388608], Fraction(1, 2)):
+        with pytest.raises(ExerciseFailed):
+            exercises.check_bytes_per_device(wrong)
+
+
+def test_checker_calls_the_learner_once_and_caps_its_output(capsys):
+    mesh = tpviz.make_mesh((8,), ("X",))
+    calls = []
+
+    def total(x):
+        calls.append(1)
+        print("x" * 10_000)
+        return jax.shard_map(lambda b: jax.lax.psum(b.sum(), "X"), mesh=mesh, in_specs=P("X"),
+                             out_specs=P())(x)
+
+    exercises.check_total(total, jnp.arange(64.0))
+    assert len(calls) == 1
+    out = capsys.readouterr().out
+    assert "more characters of your output not shown" in out and len(out) < 3000
+
+
+def test_a_learner_function_that_never_returns_is_stopped(monkeypatch):
+    monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
+
+    def slow(costs, p):
+        time.sleep(60)
+
+    def spin(p, m, d):
+        while True:
+            pass
+
+    for check, fn in ((exercises.check_balance, slow), (exercises.check_one_f_one_b, spin)):
+        start = time.perf_counter()
+        with pytest.raises(ExerciseFailed, match="more than 1 s and was stopped"):
+            check(fn)
+        assert time.perf_counter() - start < 5
+
+
+def test_an_empty_assertion_names_its_line():
+    scope = {}  # defined outside pytest's assertion rewriting, as in a notebook
+    exec("def total(x):\n    assert x.shape == (3,)\n", scope)
+    total = scope["total"]
+
+    with pytest.raises(ExerciseFailed, match=r"AssertionError: \(no message\) at line \d+"):
+        exercises.check_total(total, jnp.arange(64.0))
+
+
+def test_lower_case_op_kinds_get_a_specific_message():
+    def lower(p, m, d):
+        return [(k.lower(), i) for k, i in (("F", 0), ("B", 0))]
+
+    with pytest.raises(ExerciseFailed, match="capital letter 'F'"):
+        exercises.check_one_f_one_b(lower)
