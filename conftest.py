@@ -15,7 +15,9 @@ import re
 import pytest
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-IMPORTS_TORCH = re.compile(r"^\s*(import torch|from torch[\s.])", re.MULTILINE)
+# a chapter imports torch itself, or tpviz's PyTorch runner (tpviz.collectives.torch_run)
+IMPORTS_TORCH = re.compile(r"^\s*(import torch|from torch[\s.])|\btorch_run\b", re.MULTILINE)
+TORCH_FIXTURES = {"tr"}  # tests/test_collectives.py: the torch_run module, imported on demand
 
 
 @functools.cache
@@ -34,6 +36,8 @@ def pytest_collection_modifyitems(config, items):
                                    "test-colab run this)")
     for item in items:
         path = getattr(item, "path", None)
-        if "torch" in item.keywords or (
-                path is not None and path.suffix == ".ipynb" and _notebook_imports_torch(path)):
+        param = getattr(getattr(item, "callspec", None), "params", {}).get("path")
+        chapters = [p for p in (path, param) if hasattr(p, "suffix") and p.suffix == ".ipynb"]
+        if ("torch" in item.keywords or TORCH_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or any(_notebook_imports_torch(p) for p in chapters)):
             item.add_marker(skip)
