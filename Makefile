@@ -1,6 +1,13 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
 #   make book   build the HTML book into _build/html (executes every chapter)
-#   make test   unit tests + every notebook under nbval + ruff
+#   make test   unit tests + every notebook under nbval + ruff (pinned requirements.txt, .venv)
+# Two more test the ends of the supported range (DESIGN.md, "Where it runs"), on Python 3.13:
+#   make test-colab    Colab's versions (requirements-colab.txt, .venv-colab): JAX 0.7.2,
+#                      ipywidgets 7.7.1, ...; tpviz installed with a plain `pip install .`,
+#                      checked to install tpviz alone
+#   make test-newest   the newest JAX, NumPy, ipywidgets, matplotlib (requirements-newest.txt,
+#                      .venv-newest; torch left out, its tests skip saying so)
+# Each environment is rebuilt only when its requirements file changes (a stamp file in it).
 SHELL := bash
 .SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
@@ -11,7 +18,16 @@ INSTRUCTOR := $(VENV)/.instructor  # the instructor extra (nbgrader) is installe
 # pip on some machines warns about every package of a missing local index; keep the log readable
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: book test lint student grade lab clean benchmarks
+# Python 3.13 for the colab and newest environments: pyenv's newest 3.13, else python3.13
+PYTHON313 ?= $(or $(shell ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.13.*/bin/python \
+	2>/dev/null | sort -V | tail -n 1),$(shell command -v python3.13 2>/dev/null),python3.13)
+# the same test run in every environment: unit tests, then every chapter under nbval
+PYTEST := -m pytest tests book --nbval-lax -n 2 --dist loadfile -p no:cacheprovider
+PIP := -m pip install --quiet --disable-pip-version-check
+# ipykernel 6 on Python 3.13 (colab) starts debugpy, which warns about frozen modules
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: book test test-colab test-newest test-all lint student grade lab clean clean-envs benchmarks
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tpviz needs Python 3.11 or newer (JAX 0.10 does); set PYTHON=python3.12, for example.")'
@@ -27,8 +43,38 @@ book: $(STAMP)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 test: $(STAMP) $(INSTRUCTOR)
-	$(BIN)/python -m pytest tests book --nbval-lax -n 2 --dist loadfile -p no:cacheprovider
+	TPVIZ_ENV=pinned $(BIN)/python $(PYTEST)
 	$(BIN)/ruff check .
+
+COLAB := .venv-colab
+$(COLAB)/.installed: requirements-colab.txt
+	@$(PYTHON313) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 13) else "make test-colab needs Python 3.13 (Colab'"'"'s); set PYTHON313=/path/to/python3.13.")'
+	@rm -rf $(COLAB) && $(PYTHON313) -m venv $(COLAB)
+	@echo "Installing Colab's versions into $(COLAB) (only when requirements-colab.txt changes)..."
+	@$(COLAB)/bin/python $(PIP) -r requirements-colab.txt 2>&1 | $(QUIET_PIP)
+	@$(COLAB)/bin/python -c "import jax, ipywidgets, torch, nbval, xdist"
+	@touch $@
+
+# tpviz goes in with a plain `pip install .`, as the notebooks' first cell does it on Colab;
+# .ci/install_alone.py fails unless that installed tpviz alone and kept Colab's JAX and ipywidgets
+test-colab: $(COLAB)/.installed
+	$(COLAB)/bin/python .ci/install_alone.py requirements-colab.txt
+	TPVIZ_ENV=colab $(COLAB)/bin/python $(PYTEST)
+
+NEWEST := .venv-newest
+$(NEWEST)/.installed: requirements-newest.txt pyproject.toml
+	@rm -rf $(NEWEST) && $(PYTHON313) -m venv $(NEWEST)
+	@echo "Installing the newest releases into $(NEWEST) (only when requirements-newest.txt changes)..."
+	@$(NEWEST)/bin/python $(PIP) --upgrade -r requirements-newest.txt 2>&1 | $(QUIET_PIP)
+	@$(NEWEST)/bin/python $(PIP) -e . 2>&1 | $(QUIET_PIP)
+	@$(NEWEST)/bin/python -c "import tpviz, jax, ipywidgets, nbval, xdist"
+	@$(NEWEST)/bin/python -m pip freeze | grep -iE '^(jax|jaxlib|numpy|ipywidgets|matplotlib)=='
+	@touch $@
+
+test-newest: $(NEWEST)/.installed
+	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST)
+
+test-all: test test-colab test-newest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -54,5 +100,8 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab book
 
 clean:
-	rm -rf _build .pytest_cache .ruff_cache
-	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
+	rm -rf _build build .pytest_cache .ruff_cache
+	find . -name __pycache__ -not -path "./$(VENV)*/*" -prune -exec rm -rf {} +
+
+clean-envs:
+	rm -rf $(VENV) $(COLAB) $(NEWEST)

@@ -6,6 +6,7 @@ import jax
 import pytest
 
 import tpviz
+from tpviz.devices import chosen_devices
 from tpviz.errors import DeviceSetupError, ShardingError
 
 
@@ -86,5 +87,19 @@ def test_make_mesh_errors(args, words):
 
 
 def test_make_mesh_on_a_subset():
-    mesh = tpviz.make_mesh((2, 2), ("X", "Y"), devices=jax.devices()[:4])
+    mesh = tpviz.make_mesh((2, 2), ("X", "Y"), devices=chosen_devices()[:4])
     assert mesh.size == 4
+
+
+def test_fallback_line_names_the_accelerators_it_does_not_use():
+    from types import SimpleNamespace
+
+    from tpviz.devices import _fallback_line
+
+    tpu = SimpleNamespace(platform="tpu", id=0, device_kind="TPU v6 lite")  # Colab's TPU runtime
+    assert _fallback_line(8, [tpu]) == ("tpviz: using 8 emulated CPU devices; this runtime's 1 TPU "
+                                        "(tpu:0, TPU v6 lite) is fewer than the 8 asked for.")
+    gpus = [SimpleNamespace(platform="gpu", id=i, device_kind="Tesla T4") for i in range(4)]
+    assert _fallback_line(8, gpus) == ("tpviz: using 8 emulated CPU devices; this runtime's 4 GPUs "
+                                       "(gpu:0 … gpu:3, Tesla T4) are fewer than the 8 asked for.")
+    assert _fallback_line(8, []) == "tpviz: using 8 emulated CPU devices."

@@ -121,7 +121,7 @@ def test_matmul_checkers(capsys):
     column = sm(lambda a, b: a @ b, (P(), P(None, "X")), P(None, "X"))
     passes(ex.check_column_parallel, column, x, w, capsys=capsys)
     # gathers W back and returns a replicated Y: right values, needless communication
-    gathered = sm(lambda a, b: a @ jax.lax.all_gather(b, "X", axis=1, tiled=True, to="invarying"),
+    gathered = sm(lambda a, b: a @ tpviz.compat.all_gather_invariant(b, "X", axis=1, tiled=True),
                   (P(), P(None, "X")), P())
     fails(ex.check_column_parallel, gathered, x, w, words="all-gather")
     # splits X's columns instead of W's: a shape error inside the learner's code, reported plainly

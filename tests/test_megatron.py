@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 import tpviz
 from tpviz import megatron
+from tpviz.devices import chosen_devices
 from tpviz.errors import ShardingError
 from tpviz.megatron import draw
 
@@ -17,7 +18,7 @@ N = 4
 
 @pytest.fixture(scope="module")
 def mesh():
-    return tpviz.make_mesh((N,), ("model",), devices=jax.devices()[:N])
+    return tpviz.make_mesh((N,), ("model",), devices=chosen_devices()[:N])
 
 
 @pytest.fixture(scope="module")

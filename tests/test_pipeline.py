@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from tpviz.core.figures import png as draw_png
+from tpviz.devices import chosen_devices
 from tpviz.errors import DeviceSetupError, ShardingError
 from tpviz.pipeline import (
     NAMES,
@@ -171,14 +172,14 @@ def test_balance_bad_input(costs, p, words):
 @pytest.mark.parametrize(("name", "v"), [("naive", 1), ("gpipe", 1), ("1f1b", 1), ("zb-h1", 1),
                                          ("interleaved", 2)])
 def test_pipelined_mlp_has_the_reference_loss_and_gradients(name, v):
-    devices = jax.devices()[:4]
+    devices = chosen_devices()[:4]
     params = run.init([12] * (4 * v + 1), seed=v)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((16, 12), dtype=np.float32)
     target = rng.standard_normal((16, 12), dtype=np.float32)
     sched = schedule(name, 4, 8, v)
     result = run.run(sched, params, x, target, devices)
-    with jax.default_device(jax.devices()[0]):
+    with jax.default_device(chosen_devices()[0]):
         loss, grads = jax.value_and_grad(run.loss_fn)(params, x, target)
     assert result.loss == pytest.approx(float(loss), rel=1e-5)
     for s, (got, want) in enumerate(zip(result.grads, grads, strict=True)):
@@ -191,11 +192,11 @@ def test_pipelined_mlp_rejects_mismatched_input():
     params = run.init([4] * 5)
     x = np.zeros((6, 4), np.float32)
     with pytest.raises(ShardingError, match="4 equal microbatches"):
-        run.run(schedule("gpipe", 4, 4), params, x, x, jax.devices()[:4])
+        run.run(schedule("gpipe", 4, 4), params, x, x, chosen_devices()[:4])
     with pytest.raises(ShardingError, match="the model has 4 layers"):
-        run.run(schedule("gpipe", 2, 3), params, x, x, jax.devices()[:2])
+        run.run(schedule("gpipe", 2, 3), params, x, x, chosen_devices()[:2])
     with pytest.raises(DeviceSetupError, match="need 4 devices"):
-        run.run(schedule("gpipe", 4, 3), params, x, x, jax.devices()[:2])
+        run.run(schedule("gpipe", 4, 3), params, x, x, chosen_devices()[:2])
 
 
 # --- drawings ----------------------------------------------------------------------------------

@@ -1,15 +1,33 @@
 """Spellings that differ between the JAX and ipywidgets versions tpviz supports.
 
 Every version difference lives here, each with the versions it bridges; the rest of the library
-and the book call these names. Supported: JAX 0.7.2 (Colab's) to the newest, ipywidgets 7.7.1
-(Colab's) and 8.x.
+and the book call these names. Supported (DESIGN.md, "Where it runs"): JAX 0.7.2 (Colab's) to
+the newest, ipywidgets 7.7.1 (Colab's) and 8.x, Python 3.11-3.13.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
+
 import jax
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
+
+
+def versions() -> str:
+    """The JAX this kernel found, e.g. ``"JAX 0.7.2 (jaxlib 0.7.2)"``, for the install cell.
+    Reads versions only: starts no backend (``setup_devices`` must still come first)."""
+    import jaxlib
+
+    return f"JAX {jax.__version__} (jaxlib {jaxlib.__version__})"
+
+
+# --- JAX ------------------------------------------------------------------------------------
+
+# JAX 0.6.2-0.8.1 (0.7.2 on Colab): all_gather has no `to` argument, the invariant variant is its
+# own function; later (0.10.2 to 0.12 checked): all_gather(..., to="invarying"), no such function.
+_ALL_GATHER_HAS_TO = "to" in inspect.signature(jax.lax.all_gather).parameters
 
 
 def all_gather_invariant(x, axis_name, *, axis: int = 0, tiled: bool = False):
@@ -19,19 +37,92 @@ def all_gather_invariant(x, axis_name, *, axis: int = 0, tiled: bool = False):
 
     JAX 0.6.2-0.8.1: ``jax.lax.all_gather_invariant``; later: ``all_gather(..., to="invarying")``.
     """
-    if hasattr(jax.lax, "all_gather_invariant"):
-        return jax.lax.all_gather_invariant(x, axis_name, axis=axis, tiled=tiled)
-    return jax.lax.all_gather(x, axis_name, axis=axis, tiled=tiled, to="invarying")
+    if _ALL_GATHER_HAS_TO:
+        return jax.lax.all_gather(x, axis_name, axis=axis, tiled=tiled, to="invarying")
+    return jax.lax.all_gather_invariant(x, axis_name, axis=axis, tiled=tiled)
 
 
 def pvary(x, axis_name):
-    """Mark ``x`` (a pytree) as varying over ``axis_name`` under ``check_vma``, so that
-    ``jax.grad`` inside ``shard_map`` gives each device its own gradient (the gradient of an
-    invariant input is summed over the axis instead).
+    """Mark ``x`` as *varying* over ``axis_name`` (no data moves; its type changes under
+    ``check_vma``), e.g. before adding it to a value that already varies.
 
-    Older JAX (from 0.6.1): ``jax.lax.pvary``; JAX 0.10 has only
-    ``jax.lax.pcast(x, axis, to="varying")``, used wherever it exists.
+    JAX 0.7.2 (Colab's) has ``jax.lax.pvary(x, axis_name)`` and no ``pcast``; JAX 0.10.2 to
+    0.12 have ``jax.lax.pcast(x, axis_name, to="varying")`` and no ``pvary``.
     """
     if hasattr(jax.lax, "pcast"):
         return jax.lax.pcast(x, axis_name, to="varying")
     return jax.lax.pvary(x, axis_name)
+
+
+def varying_axes(x) -> frozenset[str]:
+    """The mesh axes over which ``x`` *varies* (its value may differ between devices), read
+    from its type inside ``shard_map`` with ``check_vma=True``; empty for an invariant value.
+
+    JAX 0.7.2 (Colab's): ``jax.typeof(x).vma``; JAX 0.10.2 to 0.12: ``jax.typeof(x)
+    .manual_axis_type.varying`` (no ``vma`` attribute).
+    """
+    aval = jax.typeof(x)
+    if hasattr(aval, "manual_axis_type"):
+        return frozenset(aval.manual_axis_type.varying)
+    return frozenset(aval.vma)
+
+
+def backends_started() -> bool:
+    """Whether JAX has started its backends (after which the CPU device count is fixed).
+
+    No public API says so; ``jax._src.xla_bridge.backends_are_initialized`` exists in every JAX
+    from 0.4.x to 0.12 (checked on 0.7.2, 0.10.2 and 0.12.0.1). Should it go, assume started:
+    ``setup_devices`` then uses the devices that exist and says to restart if too few.
+    """
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        return True
+
+
+def ask_for_cpu_devices(n: int) -> None:
+    """Ask XLA's CPU backend for ``n`` devices; only effective before any backend starts.
+
+    Every supported JAX (0.7.2 on Colab to 0.12; checked on 0.7.2, 0.10.2 and 0.12.0.1) has the
+    ``jax_num_cpu_devices`` option; older JAX (0.4.x) knew only the XLA flag
+    ``--xla_force_host_platform_device_count``, kept as the fallback.
+    """
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except AttributeError:  # older JAX: "Unrecognized config option"
+        flags = os.environ.get("XLA_FLAGS", "")
+        flag = f"--xla_force_host_platform_device_count={n}"
+        os.environ["XLA_FLAGS"] = " ".join(
+            [f for f in flags.split() if "host_platform_device_count" not in f] + [flag]
+        )
+
+
+def device_name(device) -> str:
+    """A device's short name, ``"<platform>:<id>"`` (``"cpu:0"``, ``"tpu:3"``), on every JAX.
+
+    ``str(device)`` is ``"TFRT_CPU_0"`` for a CPU device in JAX 0.7.2 (Colab's) and ``"cpu:0"`` in
+    JAX 0.10 and later; ``repr(device)`` (``CpuDevice(id=0)``) differs by platform.
+    """
+    return f"{device.platform}:{device.id}"
+
+
+# --- ipywidgets -----------------------------------------------------------------------------
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def widget_bundle(widget) -> dict:
+    """The MIME bundle that makes a front end show ``widget``'s live view.
+
+    ipywidgets 8 builds it in ``Widget._repr_mimebundle_``; ipywidgets 7 (7.7.1 on Colab) has no
+    such method (it displays itself through ``_ipython_display_``), so build the same bundle:
+    the widget-view message of the widget protocol version 2.0, pointing at the widget's model.
+    """
+    if hasattr(widget, "_repr_mimebundle_"):  # ipywidgets >= 8.0
+        return dict(widget._repr_mimebundle_() or {})
+    return {  # ipywidgets 7.x
+        "text/plain": repr(widget)[:110],
+        WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": widget.model_id},
+    }

@@ -7,12 +7,12 @@ are present, else ``n`` emulated CPU devices (XLA's host platform split into ``n
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 
 import jax
 from jax.sharding import AxisType, Mesh
 
+from tpviz import compat
 from tpviz.core import validate
 from tpviz.errors import DeviceSetupError, ShardingError
 
@@ -20,24 +20,6 @@ _chosen: list = []  # the devices setup_devices picked; make_mesh uses them by d
 # XLA's host platform starts 2,048 emulated devices in about 2 s and 4,096 in about 9 s (0.6 GB)
 # on a 2-core machine; 8,192 take about 47 s and 1 GB, and 100,000 exhaust memory.
 MAX_CPU_DEVICES = 4096
-
-
-def _backends_started() -> bool:
-    from jax._src import xla_bridge  # no public API tells whether a backend has started
-
-    return xla_bridge.backends_are_initialized()
-
-
-def _ask_for_cpu_devices(n: int) -> None:
-    """Ask XLA's CPU backend for ``n`` devices; only effective before any backend starts."""
-    try:
-        jax.config.update("jax_num_cpu_devices", n)
-    except AttributeError:  # older JAX: the XLA flag is the only way
-        flags = os.environ.get("XLA_FLAGS", "")
-        flag = f"--xla_force_host_platform_device_count={n}"
-        os.environ["XLA_FLAGS"] = " ".join(
-            [f for f in flags.split() if "host_platform_device_count" not in f] + [flag]
-        )
 
 
 def _has_accelerators_env() -> bool:
@@ -51,6 +33,26 @@ def _has_accelerators_env() -> bool:
 def _describe(devices: Sequence) -> str:
     kind = devices[0].device_kind
     return f"{len(devices)} {devices[0].platform.upper()} devices ({kind})"
+
+
+def _names(devices: Sequence) -> str:
+    """``"tpu:0"``, ``"gpu:0, gpu:1"`` or ``"gpu:0 … gpu:3"``: the same on every JAX version."""
+    names = [compat.device_name(d) for d in devices]
+    return ", ".join(names) if len(names) <= 2 else f"{names[0]} … {names[-1]}"
+
+
+def _fallback_line(n: int, accelerators: Sequence) -> str:
+    """What setup_devices prints when it emulates ``n`` CPU devices, e.g. on Colab's TPU runtime:
+    ``tpviz: using 8 emulated CPU devices; this runtime's 1 TPU (tpu:0, TPU v6 lite) is fewer
+    than the 8 asked for.``"""
+    line = f"tpviz: using {n} emulated CPU devices"
+    if accelerators:
+        first = accelerators[0]
+        plural = "s" if len(accelerators) > 1 else ""
+        line += (f"; this runtime's {len(accelerators)} {first.platform.upper()}{plural} "
+                 f"({_names(accelerators)}, {first.device_kind}) "
+                 f"{'is' if len(accelerators) == 1 else 'are'} fewer than the {n} asked for")
+    return line + "."
 
 
 def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
@@ -73,13 +75,13 @@ def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
     """
     n = validate.integer("setup_devices: n", n, fix="For example tpviz.setup_devices(8).",
                          error=DeviceSetupError)
-    if not _backends_started():
+    if not compat.backends_started():
         if n > MAX_CPU_DEVICES and not _has_accelerators_env():
             raise DeviceSetupError(
                 f"setup_devices({n:,}): at most {MAX_CPU_DEVICES:,} emulated CPU devices can be "
                 "made on a machine without accelerators (more take minutes and gigabytes). "
                 "Plans need no devices: use the plan functions for larger counts.")
-        _ask_for_cpu_devices(n)
+        compat.ask_for_cpu_devices(n)
     accelerators = [d for d in jax.devices() if d.platform != "cpu"]
     if n > MAX_CPU_DEVICES and len(accelerators) < n:
         raise DeviceSetupError(f"setup_devices({n:,}): only {len(accelerators)} accelerators, and "
@@ -88,15 +90,9 @@ def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
     if len(accelerators) >= n:
         chosen, line = accelerators[:n], f"tpviz: using {_describe(accelerators[:n])}."
     elif len(cpus) >= n:
-        chosen = cpus[:n]
-        line = f"tpviz: using {n} emulated CPU devices"
-        if accelerators:
-            line += (
-                f" (this runtime has only {len(accelerators)} "
-                f"{accelerators[0].platform.upper()} device(s), fewer than the {n} asked for)"
-            )
+        chosen, line = cpus[:n], _fallback_line(n, accelerators)
+        if accelerators:  # computations outside a mesh go to the CPU too, not the accelerator
             jax.config.update("jax_default_device", chosen[0])
-        line += "."
     else:
         raise DeviceSetupError(
             f"setup_devices({n}): JAX has already started with {len(cpus)} CPU device(s) and "
@@ -154,7 +150,7 @@ def make_mesh(
         devices = chosen_devices()
     size = math.prod(shape)
     if size > len(devices):
-        cpus = len(jax.devices("cpu")) if _backends_started() else 0
+        cpus = len(jax.devices("cpu")) if compat.backends_started() else 0
         fix = (f"Call tpviz.setup_devices({size}) again (no restart needed: JAX already has "
                f"{cpus} CPU devices)" if cpus >= size else
                f"Restart the kernel and call tpviz.setup_devices({size}) first")

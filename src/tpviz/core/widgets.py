@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 from IPython.display import HTML, Image, display
 from matplotlib.figure import Figure
 
+from tpviz import compat
 from tpviz.core import figures, validate
 from tpviz.errors import ArgumentError, ArgumentTypeError, TpvizError
 
@@ -42,7 +43,7 @@ class Live:
         self.widget, self.static, self.note, self.html = widget, static, note, html
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = self.widget._repr_mimebundle_()
+        bundle = compat.widget_bundle(self.widget)  # ipywidgets 7 and 8
         data = base64.b64encode(self.static).decode()
         bundle["text/html"] = (f'{self.html}<figure><img src="data:image/png;base64,{data}" '
                                f'alt="{self.note}"/><figcaption><em>{self.note}</em>'
