@@ -16,7 +16,7 @@ QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 # version the installed Altair writes) and MathJax 3, fetched from npm at build time.
 VENDOR := _build/vendor
 VENDOR_STAMP := $(VENDOR)/.vendored
-CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser || echo /usr/bin/chromium)
+CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome || echo /usr/bin/chromium)
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tpviz needs Python 3.11 or newer (JAX 0.10 does); set PYTHON=python3.12, for example.")'
@@ -50,7 +50,7 @@ test-book: $(STAMP)
 	@test -f _build/html/index.html || { echo "run make book first"; exit 1; }
 	@test -x "$(CHROMIUM)" || { echo "Installing Chromium (apt-get)..."; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	TPVIZ_CHROMIUM=$$(command -v chromium || command -v chromium-browser) \
+	TPVIZ_CHROMIUM=$$(command -v chromium || command -v chromium-browser || command -v google-chrome) \
 	  $(BIN)/python -m pytest tests/browser -p no:cacheprovider -q
 
 lint: $(STAMP)

@@ -4,7 +4,8 @@
 async (budgetTries) => {
   await window.tpvizLiveReady;
   const results = [];
-  const svgOf = (fig) => fig.div.querySelector("svg").outerHTML;
+  // the drawing without the ids Vega numbers afresh on each redraw (clip paths, gradients)
+  const svgOf = (fig) => fig.div.querySelector("svg").outerHTML.replace(/(id="|url\(#|href="#)[^")]*/g, "");
   const controlsOf = (fig) => Array.from(fig.div.querySelectorAll(".vega-bindings select, " +
     ".vega-bindings input"));
   const valuesOf = (el) => el.tagName === "SELECT"

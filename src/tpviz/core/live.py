@@ -32,9 +32,12 @@ MAX_SETTINGS = 2000
 FONT = 12
 
 
-_RESERVED = set("""break case catch class const continue debugger default delete do else export
-extends false finally for function if import in instanceof new null return super switch this throw
-true try typeof var void while with yield let static enum await datum event item parent""".split())
+_RESERVED = {
+    "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete", "do",
+    "else", "export", "extends", "false", "finally", "for", "function", "if", "import", "in",
+    "instanceof", "new", "null", "return", "super", "switch", "this", "throw", "true", "try",
+    "typeof", "var", "void", "while", "with", "yield", "let", "static", "enum", "await", "datum",
+    "event", "item", "parent"}
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ def starting(live: LiveFigure, values: dict) -> LiveFigure:
     """``live`` with each control starting at ``values[name]`` where its grid holds that value
     (an explorer called with other arguments opens the static figure there)."""
     controls = {n: Grid(g.values, g.label, values[n], g.in_rows)
-                if values.get(n, None) in list(g.values) else g for n, g in live.controls.items()}
+                if values.get(n) in list(g.values) else g for n, g in live.controls.items()}
     return LiveFigure(controls, live.rows, live.chart, live.fixed)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from tpviz.core.notation import parse
 from tpviz.core import layout
 from tpviz.core.live import FONT, Grid, LiveFigure, notes
+from tpviz.core.notation import parse
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.layouts.draw import sharding
 

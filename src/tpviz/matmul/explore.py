@@ -6,8 +6,8 @@ import jax.numpy as jnp
 from matplotlib.figure import Figure
 
 from tpviz.core import compiled, cost
-from tpviz.core.notation import parse
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
+from tpviz.core.notation import parse
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.devices import make_mesh
 from tpviz.layouts.explore import MESHES

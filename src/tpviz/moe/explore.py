@@ -6,8 +6,8 @@ from matplotlib.figure import Figure
 
 from tpviz.core.collectives import html_table
 from tpviz.core.cost import SYSTEMS
-from tpviz.core.layout import dtype_size
 from tpviz.core.figures import palette
+from tpviz.core.layout import dtype_size
 from tpviz.core.live import Grid, LiveFigure, notes
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.moe.draw import load

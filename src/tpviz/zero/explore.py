@@ -80,7 +80,8 @@ def zero_chart(base):
         order=alt.Order("category:N", sort="descending"))
     line = base.transform_filter("isValid(datum.capacity)").mark_rule(
         color="black", strokeDash=[4, 3]).encode(x="capacity:Q")
-    return alt.vconcat(notes(base.transform_filter("datum.s == stage")), alt.layer(stack, line).properties(
+    chosen = notes(base.transform_filter("datum.s == stage"))
+    return alt.vconcat(chosen, alt.layer(stack, line).properties(
         width=560, height={"step": 26}))
 
 
