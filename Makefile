@@ -41,7 +41,8 @@ book: $(STAMP) $(VENDOR_STAMP)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests book --nbval-lax -n 2 --dist loadfile -p no:cacheprovider
+	$(BIN)/python -m pytest tests book --nbval-lax -n 2 --dist loadfile -p no:cacheprovider \
+	  --ignore=tests/browser
 	$(BIN)/ruff check .
 
 # Headless Debian Chromium driven by Playwright (pip `playwright` brings its driver; it never
