@@ -8,6 +8,7 @@
 #   make test-newest   the newest JAX, NumPy, ipywidgets, matplotlib (requirements-newest.txt,
 #                      .venv-newest; torch left out, its tests skip saying so)
 # Each environment is rebuilt only when its requirements file changes (a stamp file in it).
+#   make test-book   the built book in headless Chromium (every page; after `make book`)
 SHELL := bash
 .SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
@@ -22,12 +23,18 @@ QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 PYTHON313 ?= $(or $(shell ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.13.*/bin/python \
 	2>/dev/null | sort -V | tail -n 1),$(shell command -v python3.13 2>/dev/null),python3.13)
 # the same test run in every environment: unit tests, then every chapter under nbval
-PYTEST := -m pytest tests book --nbval-lax -n 2 --dist loadfile -p no:cacheprovider
+PYTEST := -m pytest tests book --nbval-lax -n 2 --dist loadfile -p no:cacheprovider \
+	--ignore=tests/browser
 PIP := -m pip install --quiet --disable-pip-version-check
 # ipykernel 6 on Python 3.13 (colab) starts debugpy, which warns about frozen modules
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book test test-colab test-newest test-all lint student grade lab clean clean-envs benchmarks
+.PHONY: book test test-book test-colab test-newest test-all lint student grade lab clean clean-envs benchmarks
+# Scripts the book serves from its own files (no CDN): Vega for the live figures (Vega-Lite the
+# version the installed Altair writes) and MathJax 3, fetched from npm at build time.
+VENDOR := _build/vendor
+VENDOR_STAMP := $(VENDOR)/.vendored
+CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome || echo /usr/bin/chromium)
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tpviz needs Python 3.11 or newer (JAX 0.10 does); set PYTHON=python3.12, for example.")'
@@ -38,7 +45,16 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(BIN)/python -c "import tpviz, jax, jupyter_book, nbval"
 	@touch $@
 
-book: $(STAMP)
+$(VENDOR_STAMP): $(STAMP) Makefile
+	@command -v npm >/dev/null || { echo "make book needs npm (apt-get install npm)"; exit 1; }
+	@mkdir -p $(VENDOR)/npm $(VENDOR)/vega
+	npm install --silent --no-audit --no-fund --prefix $(VENDOR)/npm vega@6 vega-embed@7 \
+	  mathjax@3 vega-lite@$$($(BIN)/python -c "import altair; print(altair.SCHEMA_VERSION[1:])")
+	cp $(VENDOR)/npm/node_modules/vega/build/vega.min.js $(VENDOR)/npm/node_modules/vega-lite/build/vega-lite.min.js $(VENDOR)/npm/node_modules/vega-embed/build/vega-embed.min.js $(VENDOR)/vega/
+	rm -rf $(VENDOR)/mathjax && cp -r $(VENDOR)/npm/node_modules/mathjax/es5 $(VENDOR)/mathjax
+	@touch $@
+
+book: $(STAMP) $(VENDOR_STAMP)
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
@@ -75,6 +91,15 @@ test-newest: $(NEWEST)/.installed
 	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST)
 
 test-all: test test-colab test-newest
+
+# Headless Debian Chromium driven by Playwright (pip `playwright` brings its driver; it never
+# downloads a browser): installed here when missing.
+test-book: $(STAMP)
+	@test -f _build/html/index.html || { echo "run make book first"; exit 1; }
+	@test -x "$(CHROMIUM)" || { echo "Installing Chromium (apt-get)..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	TPVIZ_CHROMIUM=$$(command -v chromium || command -v chromium-browser || command -v google-chrome) \
+	  $(BIN)/python -m pytest tests/browser -p no:cacheprovider -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

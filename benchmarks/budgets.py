@@ -1,12 +1,15 @@
 """Measure the performance budgets of DESIGN.md and say which hold.
 
-    .venv/bin/python benchmarks/budgets.py [--notebooks-only | --widgets-only]
+    .venv/bin/python benchmarks/budgets.py [--notebooks-only | --widgets-only | --browser-only]
 
 - every chapter notebook executes in at most 60 s (chapter 0: 30 s);
 - planning + simulating a 64-stage, 1024-microbatch, 4-chunk schedule takes under 1 s;
 - a widget redraw from a plan (plan + figure + PNG) takes at most 150 ms; one that compiles
   a JAX program, at most 1 s. The settings to time come from each topic's
   ``explore.BENCHMARKS`` (found by walking the ``tpviz`` packages: a new topic needs no edit).
+- in the static book, a live figure updates within 50 ms after a control moves (measured in
+  headless Chromium by ``make test-book``, which writes ``_build/screenshots/live_times.json``:
+  the 90th percentile of every control move of each live figure; run it first).
 Exits 1 if a budget is exceeded. Timings vary with the machine: report the machine with them.
 """
 
@@ -24,6 +27,20 @@ sys.path.insert(0, str(ROOT / "src"))
 NOTEBOOK_BUDGET_S = {"00_devices_meshes_shardings": 30.0}
 DEFAULT_NOTEBOOK_BUDGET_S = 60.0
 REDRAW_BUDGET_MS, COMPILING_REDRAW_BUDGET_MS = 150.0, 1000.0
+LIVE_UPDATE_BUDGET_MS = 50.0
+LIVE_TIMES = ROOT / "_build" / "screenshots" / "live_times.json"
+
+
+def browser_updates() -> list[tuple[str, float, float]]:
+    """Live figures' update times in the browser (ms, 90th percentile), from `make test-book`."""
+    import json
+
+    if not LIVE_TIMES.exists():
+        print(f"no {LIVE_TIMES.relative_to(ROOT)}: run `make book test-book` to measure the "
+              "live figures in the browser")
+        return []
+    return [(f"live figure {name} (browser, p90 ms)", r["p90_ms"], LIVE_UPDATE_BUDGET_MS)
+            for name, r in json.loads(LIVE_TIMES.read_text()).items()]
 
 
 def time_notebooks() -> list[tuple[str, float, float]]:
@@ -98,10 +115,12 @@ def time_pipeline() -> list[tuple[str, float, float]]:
 
 
 def main(argv: list[str]) -> int:
-    rows = time_pipeline()
-    if "--notebooks-only" not in argv:
+    rows = browser_updates()
+    if "--browser-only" not in argv:
+        rows += time_pipeline()
+    if "--notebooks-only" not in argv and "--browser-only" not in argv:
         rows += time_redraws()
-    if "--widgets-only" not in argv:
+    if "--widgets-only" not in argv and "--browser-only" not in argv:
         rows += time_notebooks()
     width = max(len(r[0]) for r in rows)
     over = 0

@@ -1,15 +1,25 @@
 import pytest
 
 import tpviz
-from tpviz.core.widgets import STATIC_NOTE
+from tpviz.core.widgets import LIVE_NOTE, STATIC_NOTE, live
 from tpviz.errors import TpvizError
 from tpviz.layouts.explore import render_layout
 from tpviz.pipeline.explore import render_pipeline
 
 
-def test_live_widget_carries_a_static_figure_for_the_book():
+def test_live_widget_carries_the_live_figure_for_the_book():
     bundle = tpviz.explore_layout()._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert '<div class="tpviz-live" data-name="render_layout">' in bundle["text/html"]
+    assert LIVE_NOTE in bundle["text/html"] and "data:image/png" not in bundle["text/html"]
+
+
+def test_widget_without_a_live_figure_carries_its_png():
+    from ipywidgets import IntSlider
+
+    bundle = live({"rows": IntSlider(value=8, min=1, max=32)},
+                  lambda rows: render_layout("X=8", "A[I_X, J]", rows, 8, "bf16")
+                  )._repr_mimebundle_()
     assert "data:image/png;base64," in bundle["text/html"]
     assert STATIC_NOTE in bundle["text/html"]
 
@@ -70,7 +80,8 @@ def test_mesh2d_widget_shows_the_table_and_the_best_mesh(capsys):
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels == ["data parallel", "1D Megatron", "2D 8×8", "2D 16×4"]
     live = tpviz.explore_mesh2d()
-    assert "<table>" in live._repr_mimebundle_()["text/html"]  # the table reaches the static book
+    # the static book shows the live figure (its words give the step time), not a stale table
+    assert 'data-name="render_mesh2d"' in live._repr_mimebundle_()["text/html"]
     capsys.readouterr()
     live.widget.children[0].children[1].value = 16  # data = 16 > 8 devices
     assert "does not divide 8 devices" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from tpviz.autoshard.graph import mlp
 from tpviz.autoshard.solve import problem, solve_problem
 from tpviz.core import cost
 from tpviz.core.collectives import html_table
+from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.errors import ArgumentError
 
@@ -70,7 +71,32 @@ def explore_autoshard(mesh: str = "8", bandwidth_gbs: float = 450.0, batch: int 
         "limit_gib": c.select_slider("limit_gib", limit_gib, [0.0, 0.25, 0.5, 1.0, 2.0, 4.0],
                                      "memory limit (GiB, 0: none)"),
     }
-    return live(controls, render_autoshard)
+    return live(controls, render_autoshard, figure=LIVE)
+
+
+def autoshard_rows(mesh: str, bandwidth_gbs: float, batch: int, hidden: int,
+                   limit_gib: float) -> list[dict]:
+    """The live figure's rows (the solver's plans, computed at build time): milliseconds per
+    step of the solver's choice, data parallelism and Megatron, and the choice in words."""
+    best, rows, limit = _plans(mesh, float(bandwidth_gbs), int(batch), int(hidden),
+                               float(limit_gib))
+    items = []
+    for name, s in (("ILP (solver)", best), *rows):
+        over = " over the limit" if limit and s.memory > limit else ""
+        items.append((name, s.cost * 1e3, f"{s.cost * 1e3:.3f} ms, {s.memory / GIB:.2f} GiB"
+                      f"{over}", name == "ILP (solver)"))
+    choice = ", ".join(f"{op}: {how}" for op, how in best.strategies.items())
+    return bar_rows(items, [f"mesh {mesh}, B = {batch:,}, H = {hidden:,}, F = 4H, "
+                            f"{bandwidth_gbs:g} GB/s", f"solver: {choice}"[:110]])
+
+
+LIVE = LiveFigure(
+    controls={"mesh": Grid(list(MESHES), "mesh"),
+              "bandwidth_gbs": Grid([25.0, 450.0], "bandwidth W (GB/s)", start=450.0),
+              "batch": Grid([512, 8192, 131072], "batch B (tokens)", start=8192),
+              "hidden": Grid([1024, 4096], "hidden H", start=4096),
+              "limit_gib": Grid([0.0, 0.25, 1.0], "memory limit (GiB, 0: none)")},
+    rows=autoshard_rows, chart=lambda base: words_and_bars(base, "ms per step"))
 
 
 # settings the benchmarks time: the defaults, a 2D mesh, and a memory limit

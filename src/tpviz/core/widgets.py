@@ -1,8 +1,9 @@
 """Widgets: a few controls that re-plan and redraw, shared by every topic's ``explore`` room.
 
 Each ``explore_*`` returns a :class:`Live` object (built with :func:`live`). In Jupyter or
-Colab it shows the live controls; in the static book (where no kernel runs) it shows a figure of
-the default settings and says that the controls are live when the notebook runs.
+Colab it shows the live controls. In the static book (where no kernel runs) it shows the topic's
+live figure (:mod:`tpviz.core.live`: precomputed from the plan layer, drawn in the browser with
+working controls) where the topic declares one, else a figure of the default settings.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from tpviz.errors import ArgumentError, ArgumentTypeError, TpvizError
 
 STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
                "(Jupyter, Colab or Binder).")
+LIVE_NOTE = ("Live figure: the controls work in this page (values precomputed from the library's "
+             "plan). Run the notebook for every setting and the full drawing.")
 
 
 def png(fig: Figure) -> bytes:
@@ -39,11 +42,30 @@ class Live:
     """
 
     def __init__(self, widget: widgets.Widget, static: bytes, note: str = STATIC_NOTE,
-                 html: str = ""):
+                 html: str = "", figure=None, starts: dict | None = None, name: str = ""):
         self.widget, self.static, self.note, self.html = widget, static, note, html
+        self.figure, self.starts, self.name = figure, starts or {}, name
+        self._live_html = None
+
+    def live_html(self) -> str:
+        """The static page's live figure (built once, on first display), or "" if none."""
+        if self.figure is None:
+            return ""
+        if self._live_html is None:
+            from tpviz.core import live as live_figures
+
+            self._live_html = live_figures.embed(live_figures.starting(self.figure, self.starts),
+                                                 self.name)
+        return self._live_html
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = compat.widget_bundle(self.widget)  # ipywidgets 7 and 8
+        shown = self.live_html()
+        if shown:
+            bundle["text/html"] = (f"<figure>{shown}<figcaption><em>{LIVE_NOTE}</em>"
+                                   "</figcaption></figure>")
+            bundle["text/plain"] = LIVE_NOTE
+            return bundle
         data = base64.b64encode(self.static).decode()
         bundle["text/html"] = (f'{self.html}<figure><img src="data:image/png;base64,{data}" '
                                f'alt="{self.note}"/><figcaption><em>{self.note}</em>'
@@ -55,9 +77,12 @@ class Live:
 Rendered = Figure | str | tuple[str, Figure]
 
 
-def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendered]) -> Live:
+def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendered],
+         figure=None) -> Live:
     """Wire ``controls`` to ``render(**values)``: a figure, ``(html, figure)`` (a table shown
-    above the figure: HTML costs the redraw nothing), or a message for bad settings."""
+    above the figure: HTML costs the redraw nothing), or a message for bad settings.
+    ``figure``: the topic's :class:`tpviz.core.live.LiveFigure`, which the static book shows
+    instead of the PNG (starting from the controls' values where its grids hold them)."""
     out = widgets.Output()
 
     def show(result: Rendered) -> None:
@@ -91,7 +116,9 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendere
         display(Image(static))
     rows = [list(controls.values())[i:i + 3] for i in range(0, len(controls), 3)]
     box = widgets.VBox([*(widgets.HBox(r) for r in rows), out])
-    return Live(box, static, html=html)
+    starts = {k: w.value for k, w in controls.items()}
+    return Live(box, static, html=html, figure=figure, starts=starts,
+                name=getattr(render, "__name__", "figure"))
 
 
 STYLE = {"description_width": "initial"}

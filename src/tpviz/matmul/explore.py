@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from matplotlib.figure import Figure
 
 from tpviz.core import compiled, cost
+from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.notation import parse
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.devices import make_mesh
@@ -49,7 +50,40 @@ def explore_matmul(mesh: str = "X=2, Y=4", x: str = "In[B_X, D_Y]", w: str = "W1
         "reduce_scatter": c.checkbox("reduce_scatter", False, "reduce-scatter (case 3)"),
         "show_compiled": c.checkbox("show_compiled", False, "compile and list collectives"),
     }
-    return live(controls, render_matmul)
+    return live(controls, render_matmul, figure=LIVE)
+
+
+# the cases of the chapter, as the live figure's choices of (X, W)
+CASES = {"X[B_X, D_Y] · W[D_Y, F]": ("X[B_X, D_Y]", "W[D_Y, F]"),
+         "X[B_X, D] · W[D, F_Y]": ("X[B_X, D]", "W[D, F_Y]"),
+         "X[B_X, D_Y] · W[D, F_Y]": ("X[B_X, D_Y]", "W[D, F_Y]"),
+         "X[B, D_X] · W[D_X, F_Y]": ("X[B, D_X]", "W[D_X, F_Y]"),
+         "X[B_X, D_Y] · W[D_Y, F] (gather)": ("X[B_X, D_Y]", "W[D, F]")}
+
+
+def matmul_rows(shardings: str, b: int, d: int, f: int, system: str, reduce_scatter: bool,
+                mesh: str = "X=2, Y=4") -> list[dict]:
+    """The live figure's rows (from :func:`tpviz.matmul.plan.plan` and
+    :func:`tpviz.core.cost.estimate`): compute and communication time, and what moves."""
+    x, w = CASES[shardings]
+    p = plan((b, d), (d, f), parse(x).spec, parse(w).spec, MESHES[mesh], dtype="bf16",
+             reduce_scatter=reduce_scatter)
+    e = cost.estimate(p.flops, p.collectives, cost.SYSTEMS[system])
+    moves = [f"{c.kind} over {c.group_size} devices: {c.bytes:,} bytes per device"
+             for c in p.collectives] or ["no communication"]
+    return bar_rows([("compute", e.compute_s * 1e6, f"{e.compute_s * 1e6:,.3g} µs"),
+                     ("communication", e.comm_s * 1e6, f"{e.comm_s * 1e6:,.3g} µs → "
+                      f"{e.bound}-bound", True)], [p.describe(), *moves])
+
+
+LIVE = LiveFigure(
+    controls={"shardings": Grid(list(CASES), "X · W"),
+              "b": Grid([256, 2048, 16384], "B", start=2048),
+              "d": Grid([256, 2048, 16384], "D", start=2048),
+              "f": Grid([256, 2048, 16384], "F", start=2048),
+              "system": Grid(list(cost.SYSTEMS), "system", start="TPU v5e (ICI)"),
+              "reduce_scatter": Grid([False, True], "reduce-scatter (case 3)")},
+    rows=matmul_rows, chart=lambda base: words_and_bars(base, "µs"))
 
 
 _DEFAULTS = dict(mesh="X=2, Y=4", x="In[B_X, D_Y]", w="W1[D_Y, F]", b=1024, d=4096, f=4096,

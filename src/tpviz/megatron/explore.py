@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.megatron.draw import mlp
 from tpviz.megatron.plan import plan
@@ -37,7 +38,37 @@ def explore_megatron(devices: int = 4, hidden: int = 1024, ffn_ratio: int = 4, h
                                   "tokens (batch × seq)"),
         "dtype": c.dropdown("dtype", dtype, ["bf16", "float32"], "dtype"),
     }
-    return live(controls, render_megatron)
+    return live(controls, render_megatron, figure=LIVE)
+
+
+def megatron_rows(devices: int, hidden: int, ffn_ratio: int, heads: int, tokens: int,
+                  dtype: str) -> list[dict]:
+    """The live figure's rows (from :func:`tpviz.megatron.plan.plan`): MiB of weights and of
+    communication per device, and each device's share in words."""
+    p, mb = plan(tokens, hidden, ffn_ratio * hidden, heads, devices, dtype), 2**20
+    f = ffn_ratio * hidden
+    return bar_rows([
+        ("weights of the block, whole", p.weight_bytes / mb, f"{p.weight_bytes / mb:,.1f} MiB"),
+        ("weights per device", p.weight_bytes_per_device / mb,
+         f"{p.weight_bytes_per_device / mb:,.1f} MiB (1/{devices})", True),
+        ("one all-reduce [tokens, H]", p.all_reduce_bytes / mb,
+         f"{p.all_reduce_bytes / mb:,.2f} MiB"),
+        ("sent per device per step (ring)", p.ring_bytes_per_step / mb,
+         f"{p.ring_bytes_per_step / mb:,.2f} MiB", True)],
+        [f"each device holds A[{hidden:,}, {f // devices:,}] and B[{f // devices:,}, "
+         f"{hidden:,}] of the MLP and {heads // devices} of {heads} heads",
+         f"per step: {p.forward_all_reduces} + {p.backward_all_reduces} all-reduces "
+         f"(forward + backward) of {p.all_reduce_bytes / mb:,.2f} MiB each"])
+
+
+LIVE = LiveFigure(
+    controls={"devices": Grid([1, 2, 4, 8, 16], "devices N", start=4),
+              "hidden": Grid([512, 1024, 2048, 4096, 8192], "hidden H", start=1024),
+              "ffn_ratio": Grid([2, 4, 8], "F / H", start=4),
+              "heads": Grid([16, 32], "heads"),
+              "tokens": Grid([512, 2048, 8192], "tokens (batch × seq)", start=2048),
+              "dtype": Grid(["bf16", "float32"], "dtype")},
+    rows=megatron_rows, chart=lambda base: words_and_bars(base, "MiB"))
 
 
 # settings the benchmarks time: the defaults and the largest the widget offers

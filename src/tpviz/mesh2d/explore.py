@@ -5,6 +5,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.core import cost
+from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.choose import best_mesh, compare, step_time
@@ -58,7 +59,40 @@ def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, h1: int 
         "system": c.dropdown("system", system, cost.SYSTEMS, "system"),
         "dtype": c.dropdown("dtype", dtype, ["bf16", "float32"], "dtype"),
     }
-    return live(controls, render_mesh2d)
+    return live(controls, render_mesh2d, figure=LIVE)
+
+
+def mesh2d_rows(devices: int, data: int, batch: int, h1: int, h2_ratio: int, system: str,
+                dtype: str = "bf16") -> list[dict]:
+    """The live figure's rows (from :mod:`tpviz.mesh2d.choose`): memory and bytes sent per
+    device of data parallelism, 1D Megatron, this mesh and the best one; the step time."""
+    if devices % data:
+        raise ShardingError(f"data = {data} does not divide {devices} devices.")
+    h2, chosen = h2_ratio * h1, cost.SYSTEMS[system]
+    p = plan(batch, h1, h2, (data, devices // data), dtype)
+    t, best = step_time(p, chosen), best_mesh(batch, h1, h2, devices, chosen, dtype)
+    mib, items = 2**20, []
+    for s in compare(batch, h1, h2, devices, dtype):
+        if s.name in ("data parallel", "1D Megatron") or s.mesh in (p.mesh_sizes, best):
+            mine = s.mesh == p.mesh_sizes
+            held = s.memory.weights_held + s.memory.activations
+            items += [(f"{s.name}: memory", held / mib, f"{held / mib:,.0f}", mine),
+                      (f"{s.name}: sent per step", s.step_sent / mib,
+                       f"{s.step_sent / mib:,.0f}", mine)]
+    return bar_rows(items, [
+        f"data={data} × model={devices // data} on {system}: compute {t.compute_s * 1e3:,.2f} "
+        f"ms, communication {t.comm_s * 1e3:,.2f} ms per step → {t.bound}-bound",
+        f"least communication: data={best[0]} × model={best[1]} (bars: MiB per device)"])
+
+
+LIVE = LiveFigure(
+    controls={"devices": Grid([8, 16, 64, 256], "devices N", start=8),
+              "data": Grid([1, 2, 4, 8, 16, 32], "data axis d", start=4),
+              "batch": Grid([1024, 16384, 262144], "batch B (tokens)", start=16384),
+              "h1": Grid([1024, 4096, 16384], "H₁ (model width)", start=4096),
+              "system": Grid(["H100 cluster (NVLink + InfiniBand)", "TPU v5p (ICI)"], "system")},
+    rows=mesh2d_rows, chart=lambda base: words_and_bars(base, "MiB per device"),
+    fixed={"h2_ratio": 4})
 
 
 # settings the benchmarks time: the defaults and the largest the widget offers

@@ -6,7 +6,9 @@ from matplotlib.figure import Figure
 
 from tpviz.core.collectives import html_table
 from tpviz.core.cost import SYSTEMS, bandwidth_for
+from tpviz.core.figures import palette
 from tpviz.core.layout import dtype_size
+from tpviz.core.live import Grid, LiveFigure, notes
 from tpviz.core.validate import choice, number
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.moe.draw import load
@@ -62,7 +64,54 @@ def explore_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25
         "devices": c.dropdown("devices", devices, [1, 2, 4, 8, 16], "devices N"),
         "system": c.dropdown("system", system, SYSTEMS, "system"),
     }
-    return live(controls, render_moe)
+    return live(controls, render_moe, figure=LIVE)
+
+
+def moe_rows(experts: int, top_k: int, capacity_factor: float, skew: float, devices: int,
+             system: str = "H100 (NVLink)", tokens: int = 4096, hidden: int = 4096,
+             ffn: int = 14336, dtype: str = "bf16") -> list[dict]:
+    """The live figure's rows (from :mod:`tpviz.moe.plan`): choices each expert takes and
+    drops against the capacity, and the layer's numbers in words."""
+    from matplotlib.colors import to_hex
+
+    p = plan(tokens, experts, top_k, capacity_factor, devices, hidden, ffn, dtype)
+    r = route(skewed_logits(tokens, experts, skew), top_k, capacity_factor, devices)
+    estimate, mib = p.time(SYSTEMS[system]), 2**20
+    colours = [to_hex(c) for c in palette(devices) for _ in range(experts // devices)]
+    routed, kept = r.load(), r.kept()
+    rows = [{"expert": e, "part": part, "n": int(n), "colour": colour}
+            for e in range(experts) for part, n, colour in (
+                ("kept", kept[e], colours[e]), ("dropped", routed[e] - kept[e], "#f4c7b3"))]
+    rows.append({"capacity": r.groups * r.capacity})
+    rows += [{"note": f"{r.dropped:.1%} of the choices dropped; capacity {r.groups} × "
+                      f"{r.capacity} per expert; colour: the device holding the expert"},
+             {"note": f"all-to-alls send {p.collectives().sent_bytes() / mib:,.1f} MiB per "
+                      f"device (forward); aux loss {aux_loss(r.probs, r.experts):.4f}; forward "
+                      f"{estimate.compute_s * 1e3:,.2f} ms compute, {estimate.comm_s * 1e3:,.2f}"
+                      f" ms all-to-all on {system}"}]
+    return rows
+
+
+def moe_chart(base):
+    """Choices per expert (kept: coloured by device; dropped: pale) and the capacity line."""
+    import altair as alt
+
+    load = base.transform_filter("isValid(datum.part)").mark_bar().encode(
+        x=alt.X("expert:O", title="expert", axis=alt.Axis(labelOverlap=True)),
+        y=alt.Y("sum(n):Q", title="token-choices"), color=alt.Color("colour:N", scale=None),
+        order=alt.Order("part:N", sort="descending"))
+    line = base.transform_filter("isValid(datum.capacity)").mark_rule(
+        color="black", strokeDash=[4, 3]).encode(y="capacity:Q")
+    return alt.vconcat(notes(base), alt.layer(load, line).properties(width=640, height=220))
+
+
+LIVE = LiveFigure(
+    controls={"experts": Grid([8, 32, 64], "experts E", start=32),
+              "top_k": Grid([1, 2], "top-k", start=2),
+              "capacity_factor": Grid([1.0, 1.25, 2.0], "capacity factor", start=1.25),
+              "skew": Grid([0.0, 1.0, 3.0], "router skew"),
+              "devices": Grid([4, 8], "devices N", start=8)},
+    rows=moe_rows, chart=moe_chart)
 
 
 # settings the benchmarks time: the defaults and the largest the widget offers

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
+from tpviz.core.figures import palette, text_colour
+from tpviz.core.live import FONT, Grid, LiveFigure
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.pipeline.draw import gantt
 from tpviz.pipeline.plan import NAMES, schedule
@@ -41,7 +45,55 @@ def explore_pipeline(name: str = "1f1b", stages: int = 4, microbatches: int = 8,
         "backward_ratio": c.float_slider("backward_ratio", backward_ratio, 0.5, 4.0, 0.5,
                                          "backward / forward"),
     }
-    return live(controls, render_pipeline)
+    return live(controls, render_pipeline, figure=LIVE)
+
+
+def gantt_rows(name: str, stages: int, microbatches: int, chunks: int,
+               backward_ratio: float) -> list[dict]:
+    """The live figure's rows for one setting: one per op (device, start, end, colour as in
+    :func:`tpviz.pipeline.draw.gantt`) and a note with the bubble, simulated and by formula."""
+    v = chunks if name == "interleaved" else 1
+    t = simulate(schedule(name, stages, microbatches, v), 1.0, backward_ratio)
+    base = np.array([to_rgb(c) for c in palette(microbatches)])
+    shades = {"F": base, "B": base + (1 - base) * 0.55, "W": base * 0.6}
+    rows = [{"device": f"D{d}", "start": s, "end": e, "label": f"{op.kind}{op.microbatch}",
+             "colour": to_hex(shades[op.kind][op.microbatch]),
+             "ink": text_colour(shades[op.kind][op.microbatch])}
+            for d in range(stages) for op, s, e in t.spans(d)]
+    expected, formula = bubble_formula(name, stages, microbatches, v, 1.0, backward_ratio)
+    rows.append({"note": f"{name}: bubble {t.bubble_fraction:.1%} (grey), formula {formula} = "
+                 f"{expected:.1%}; peak activations: first device {t.peak_activations[0]}, "
+                 f"last {t.peak_activations[-1]}"})
+    return rows
+
+
+def gantt_chart(base):
+    """The Gantt chart of the live figure: devices × time, one box per op, labelled."""
+    import altair as alt
+
+    ops = base.transform_filter("isValid(datum.device)")
+    y = alt.Y("device:N", sort=None, title=None)
+    boxes = ops.mark_bar(stroke="white", strokeWidth=0.5).encode(
+        x=alt.X("start:Q", title="time (one forward through a stage = 1)"), x2="end:Q", y=y,
+        color=alt.Color("colour:N", scale=None), tooltip=["label:N", "start:Q", "end:Q"])
+    text = ops.transform_calculate(mid="(datum.start + datum.end) / 2").mark_text(
+        fontSize=FONT - 2).encode(x="mid:Q", y=y, text="label:N",
+                                  color=alt.Color("ink:N", scale=None))
+    note = base.transform_filter("isValid(datum.note)").mark_text(
+        align="left", fontSize=FONT).encode(text="note:N", x=alt.value(0))
+    chart = alt.layer(boxes, text).properties(width=640, height={"step": 22},
+                                              view=alt.ViewBackground(fill="#e6e6e6"))
+    return alt.vconcat(note.properties(width=640, height=16), chart)
+
+
+# the static book's live figure: small grids of the same controls (settings plan-level)
+LIVE = LiveFigure(
+    controls={"name": Grid(NAMES, "schedule", start="1f1b"),
+              "stages": Grid([2, 4, 8], "stages p", start=4),
+              "microbatches": Grid([4, 8, 16], "microbatches m", start=8),
+              "chunks": Grid([1, 2], "chunks v (interleaved)", start=2),
+              "backward_ratio": Grid([1.0, 2.0], "backward / forward", start=2.0)},
+    rows=gantt_rows, chart=gantt_chart)
 
 
 # settings the benchmarks time: the defaults and the largest the widget offers (p <= 16, m <= 64)
