@@ -7,6 +7,7 @@ from matplotlib.figure import Figure
 from tpviz.collectives.draw import cost_figure, steps_figure
 from tpviz.collectives.plan import ALGORITHMS, crossover, line, lower_bound, plan
 from tpviz.core.collectives import html_table
+from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 
 DEVICES = (2, 3, 4, 5, 6, 8, 16, 32, 64)
@@ -61,7 +62,35 @@ def explore_collectives(algorithm: str = "ring", devices: int = 8, size: str = "
         "alpha_us": c.select_slider("alpha_us", alpha_us, ALPHAS_US, "α (µs)"),
         "beta_gbs": c.select_slider("beta_gbs", beta_gbs, BETAS_GBS, "β (GB/s)"),
     }
-    return live(controls, render_collectives)
+    return live(controls, render_collectives, figure=LIVE)
+
+
+def collectives_rows(algorithm: str, devices: int, size: str, alpha_us: float,
+                     beta_gbs: float) -> list[dict]:
+    """The live figure's rows (from :func:`tpviz.collectives.plan.line`): the time of an
+    all-reduce by every algorithm that runs on K devices, the chosen one in bold."""
+    nbytes, alpha, beta = SIZES[size], alpha_us * 1e-6, beta_gbs * 1e9
+    plan(algorithm, "all-reduce", devices, nbytes)  # the plan's own error for a bad choice
+    items = []
+    for other in ALGORITHMS:
+        if other == "halving-doubling" and devices & (devices - 1):
+            continue
+        steps, slope = line(other, "all-reduce", devices)
+        ms = (steps * alpha + slope * nbytes / beta) * 1e3
+        items.append((other, ms, f"{ms:,.3g} ms ({steps} steps)", other == algorithm))
+    bound = lower_bound(devices, nbytes) / beta * 1e3
+    return bar_rows(items, [f"K = {devices}, V = {size}, α = {alpha_us:g} µs, "
+                            f"W = {beta_gbs:g} GB/s",
+                            f"bandwidth lower bound 2(K−1)/K·V/W = {bound:,.3g} ms"])
+
+
+LIVE = LiveFigure(
+    controls={"algorithm": Grid(list(ALGORITHMS), "algorithm", start="ring"),
+              "devices": Grid([2, 4, 8, 16, 64], "K", start=8),
+              "size": Grid(["1 KB", "64 KB", "1 MB", "100 MB"], "V", start="1 MB"),
+              "alpha_us": Grid([1.0, 5.0, 20.0], "α (µs)", start=5.0),
+              "beta_gbs": Grid([10.0, 50.0, 450.0], "W (GB/s)", start=50.0)},
+    rows=collectives_rows, chart=lambda base: words_and_bars(base, "ms"))
 
 
 # settings the benchmarks time: the defaults, the largest drawn step grid, the cost curves alone

@@ -55,7 +55,7 @@ def megatron_rows(devices: int, hidden: int, ffn_ratio: int, heads: int, tokens:
          f"{p.all_reduce_bytes / mb:,.2f} MiB"),
         ("sent per device per step (ring)", p.ring_bytes_per_step / mb,
          f"{p.ring_bytes_per_step / mb:,.2f} MiB", True)],
-        [f"each device holds A[{hidden:,}, {f // devices:,}] and B[{f // devices:,}, "
+        [f"each device holds W₁[{hidden:,}, {f // devices:,}] and W₂[{f // devices:,}, "
          f"{hidden:,}] of the MLP and {heads // devices} of {heads} heads",
          f"per step: {p.forward_all_reduces} + {p.backward_all_reduces} all-reduces "
          f"(forward + backward) of {p.all_reduce_bytes / mb:,.2f} MiB each"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.core.collectives import html_table
+from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.errors import ArgumentError
 from tpviz.together.draw import memory_bars
@@ -48,7 +49,36 @@ def explore_together(model: str = "GPT-3 175B", cluster: str = "A100 80GB (Selen
         "recompute": c.dropdown("recompute", "full", list(RECOMPUTE), "recompute"),
         "sequence_parallel": c.checkbox("sequence_parallel", False, "sequence parallel"),
     }
-    return live(controls, render_together)
+    return live(controls, render_together, figure=LIVE)
+
+
+def together_rows(model: str, tensor: int, pipeline: int, data: int, zero_stage: int,
+                  recompute: str) -> list[dict]:
+    """The live figure's rows (from :func:`tpviz.together.plan.plan`, on the default cluster,
+    microbatch 1): GB per device by category, then the step's time and MFU in words."""
+    p = plan(model, "A100 80GB (Selene)", tensor, pipeline, data, 1, zero_stage, recompute,
+             False)
+    items = [(f"{what} (GB per device)", gb / 1e9, f"{gb / 1e9:,.1f} GB")
+             for what, gb in p.memory.items()]
+    items.append(("total (GB per device)", p.total_memory / 1e9,
+                  f"{p.total_memory / 1e9:,.1f} GB" + ("" if p.fits else " — does not fit"),
+                  True))
+    comm = ", ".join(f"{axis} {s:,.2f} s" for axis, s in p.comm_s.items())
+    return bar_rows(items, [f"{model} on {p.devices:,} GPUs (t={tensor}, p={pipeline}, "
+                            f"d={data}, ZeRO {zero_stage}, recompute {recompute})",
+                            f"step {p.step_s:,.2f} s: compute {p.compute_s:,.2f} s, bubble "
+                            f"{p.bubble_s:,.2f} s, exposed communication {comm}; MFU "
+                            f"{p.mfu:.0%}"])
+
+
+LIVE = LiveFigure(
+    controls={"model": Grid(["GPT-3 13B", "GPT-3 175B"], "model", start="GPT-3 175B"),
+              "tensor": Grid([1, 2, 4, 8], "tensor t", start=8),
+              "pipeline": Grid([1, 4, 8, 16], "pipeline p", start=8),
+              "data": Grid([1, 8, 16], "data d", start=16),
+              "zero_stage": Grid([0, 1, 3], "ZeRO stage", start=1),
+              "recompute": Grid(list(RECOMPUTE), "recompute", start="full")},
+    rows=together_rows, chart=lambda base: words_and_bars(base, "GB"))
 
 
 # settings the benchmarks time: the defaults (the search cached after the first call) and 1T
