@@ -125,8 +125,8 @@ def check_weight_versions(answer) -> str:
         raise Wrong("reversed: the first stage has the most microbatches in flight.")
     if list(answer) != want:
         raise Wrong(f"{list(answer)} is not right.",
-                    "A stage keeps the weights each in-flight microbatch saw in its forward: "
-                    "as many as 1F1B's activations on that stage.")
+                    "A stage keeps the weights each in-flight microbatch saw in its forward. "
+                    "How many microbatches has a stage started but not finished, at most?")
     return "Stage d stashes p - d versions; the last stage needs no stash."
 
 
