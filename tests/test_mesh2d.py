@@ -161,3 +161,59 @@ def test_drawings_show_every_step():
     assert [s.name for s in schemes][:2] == ["data parallel", "1D Megatron"]
     fig = draw.comparison(schemes)
     assert len(fig.axes) == 2
+
+
+# --- new checkers (issue 14): right answer, plausible wrong answers, stub ---------------------
+
+def _passes(check, *args, capsys):
+    check(*args)
+    assert "✓" in capsys.readouterr().out
+
+
+def _fails(check, *args, words):
+    from tpviz.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=words):
+        check(*args)
+
+
+def _stub(check, *args, capsys):
+    check(*args)
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_check_weights_held(capsys):
+    from tpviz.exercises import check_weights_held
+
+    whole = 2 * 4096 * 16384 * 2  # W₁ and W₂ in bf16
+    _passes(check_weights_held, (whole / 8 + whole / 2) / 2**20, capsys=capsys)  # 160 MiB
+    _fails(check_weights_held, whole / 8 / 2**20, words="stored shards")
+    _fails(check_weights_held, whole / 2**20, words="both weights whole")
+    _fails(check_weights_held, 96, words="not right")
+    _stub(check_weights_held, ..., capsys=capsys)
+
+
+def test_check_compute_bound_batch(capsys):
+    from tpviz.exercises import check_compute_bound_batch
+
+    ratio = 1.97e14 / 9.0e10  # TPU v5e: R / W
+    _passes(check_compute_bound_batch, 4 * ratio**2 / 16384, capsys=capsys)  # ≈ 1,170
+    _fails(check_compute_bound_batch, ratio, words="R/W itself")
+    _fails(check_compute_bound_batch, ratio**2 / 16384, words="constant factor")
+    _stub(check_compute_bound_batch, ..., capsys=capsys)
+
+
+def test_check_mesh_design(capsys):
+    from tpviz.exercises import check_mesh_design
+
+    # (4, 16): model groups of 16 span two nodes, data groups too: both on 50 GB/s InfiniBand.
+    gib = 262144 // 4 * 8192 * 2  # In[B/N_X, H] in bf16: 1 GiB
+    model_axis = 4 * 15 / 16 * gib / 5e10  # AG In, RS Out, AG dOut, RS dIn
+    data_axis = 4 * 3 / 4 * (8192 * 32768 // 16 * 2) / 5e10  # AG W₁, W₂; RS their gradients
+    ms = (model_axis + data_axis) * 1e3  # ≈ 82.5 ms
+    _passes(check_mesh_design, (4, 16), ms, capsys=capsys)
+    _fails(check_mesh_design, (8, 8), 8.9, words="over the budget")  # fastest, but 144 MiB
+    _fails(check_mesh_design, (1, 64), 338.2, words="another allowed mesh")
+    _fails(check_mesh_design, (4, 16), 2 * ms, words="communication time")
+    _fails(check_mesh_design, (4, 4), ms, words="not a")
+    _stub(check_mesh_design, ..., ..., capsys=capsys)

@@ -283,3 +283,35 @@ def test_1f1b_needs_less_compiled_memory_and_the_stash_accounts_for_it(spmd_runs
     assert per_slot >= one_f_one_b.microbatch_bytes  # at least the slot itself
     difference = gpipe.memory.temp - one_f_one_b.memory.temp
     assert difference == pytest.approx(4 * per_slot, rel=0.1)
+
+
+# --- new checkers (issue 14): right answer, plausible wrong answers, stub ---------------------
+
+def _passes(check, *args, capsys):
+    check(*args)
+    assert "✓" in capsys.readouterr().out
+
+
+def _fails(check, *args, words):
+    from tpviz.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=words):
+        check(*args)
+
+
+def _stub(check, *args, capsys):
+    check(*args)
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_check_pipeline_design(capsys):
+    from tpviz.exercises import check_pipeline_design
+
+    # 7 / (v m + 7) <= 0.05 needs v m >= 133; v | 6 and m in {8, 16, 24, 32}: only v = 6 with
+    # m = 24 or 32; fewer sends m (v p - 1) at m = 24: 24 x 47.
+    _passes(check_pipeline_design, 24, 6, 24 * 47, capsys=capsys)
+    _fails(check_pipeline_design, 32, 6, 32 * 47, words="sends more than needed")
+    _fails(check_pipeline_design, 32, 3, 32 * 23, words="bubble of")  # 7 / 103 = 6.8 %
+    _fails(check_pipeline_design, 24, 6, 24 * 7, words="activation sends")  # m (p - 1)
+    _fails(check_pipeline_design, 20, 6, 940, words="not allowed")
+    _stub(check_pipeline_design, ..., 6, 1, capsys=capsys)

@@ -133,3 +133,54 @@ def test_drawings():
     assert "120.0 GB\nsends 29.5 GB/step" in texts  # 2 * 63/64 * 7.5e9 * 2 bytes = 29.5 GB
     assert "1.9 GB\nsends 44.3 GB/step" in texts
     assert len(draw.partitions(4).axes) == 4
+
+
+# --- new checkers (issue 14): right answer, plausible wrong answers, stub ---------------------
+
+def _passes(check, *args, capsys):
+    check(*args)
+    assert "✓" in capsys.readouterr().out
+
+
+def _fails(check, *args, words):
+    from tpviz.exercises import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=words):
+        check(*args)
+
+
+def _stub(check, *args, capsys):
+    check(*args)
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_check_stage3_bytes(capsys):
+    from tpviz.exercises import check_stage3_bytes
+
+    psi_bytes = 2 * 1.5e9
+    _passes(check_stage3_bytes, 3 * 15 / 16 * psi_bytes / 1e9, capsys=capsys)  # 8.4375 GB
+    _fails(check_stage3_bytes, 2 * 15 / 16 * psi_bytes / 1e9, words="data parallelism")
+    _fails(check_stage3_bytes, 3 * psi_bytes / 1e9, words="ring")
+    _stub(check_stage3_bytes, ..., capsys=capsys)
+
+
+def test_check_stage3_ratio(capsys):
+    from tpviz.exercises import check_stage3_ratio
+
+    _passes(check_stage3_ratio, 71 / 48, capsys=capsys)  # 2L - 1 gathers + L scatters, L = 24
+    _fails(check_stage3_ratio, 1.5, words="limit")
+    _fails(check_stage3_ratio, 11 / 8, words="4-layer")
+    _stub(check_stage3_ratio, ..., capsys=capsys)
+
+
+def test_check_zero_design(capsys):
+    from tpviz.exercises import check_zero_design
+
+    # 60 GB of room: stage 1 needs 80 GB + more, never; stage 2: 40 + 280/N <= 60 -> N = 14,
+    # sends 2 (13/14) 40 GB; stage 3: 320/N <= 60 -> N = 6, sends 3 (5/6) 40 GB = 100 GB.
+    _passes(check_zero_design, 2, 14, 2 * 13 / 14 * 40, capsys=capsys)
+    _fails(check_zero_design, 3, 6, 100, words="another choice sends less")
+    _fails(check_zero_design, 2, 13, 2 * 12 / 13 * 40, words="more than 60 GB")
+    _fails(check_zero_design, 1, 16, 75, words="more than 60 GB")
+    _fails(check_zero_design, 2, 14, 80, words="GB sent")
+    _stub(check_zero_design, 2, ..., 1, capsys=capsys)

@@ -9,7 +9,6 @@ checker.
 from tpviz import (
     autoshard,
     collectives,
-    compat,
     core,
     errors,
     exercises,
@@ -48,7 +47,7 @@ TOPICS = (
     "autoshard",
 )
 
-__all__ = ["TOPICS", "autoshard", "collectives", "compat", "core", "errors", "exercises",
+__all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
            "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
            "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
            "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",

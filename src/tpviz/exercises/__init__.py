@@ -47,8 +47,11 @@ from tpviz.megatron.exercises import (
 )
 from tpviz.mesh2d.exercises import (
     check_best_mesh,
+    check_compute_bound_batch,
     check_final_reduce_scatter,
+    check_mesh_design,
     check_step_shardings,
+    check_weights_held,
 )
 from tpviz.moe.exercises import (
     check_all_to_all_bytes,
@@ -64,6 +67,7 @@ from tpviz.pipeline.exercises import (
     check_bubble,
     check_microbatches,
     check_one_f_one_b,
+    check_pipeline_design,
     check_weight_versions,
 )
 from tpviz.together.exercises import (
@@ -77,6 +81,9 @@ from tpviz.together.exercises import (
 from tpviz.zero.exercises import (
     check_fewest_devices,
     check_grad_reduce_scatter,
+    check_stage3_bytes,
+    check_stage3_ratio,
+    check_zero_design,
     check_zero_memory,
 )
 
@@ -100,6 +107,7 @@ __all__ = [
     "check_cases",
     "check_column_parallel",
     "check_column_parallel_bytes",
+    "check_compute_bound_batch",
     "check_conjugates",
     "check_crossover",
     "check_design",
@@ -119,8 +127,10 @@ __all__ = [
     "check_latency_crossover",
     "check_layer_activations",
     "check_matmul_design",
+    "check_mesh_design",
     "check_microbatches",
     "check_one_f_one_b",
+    "check_pipeline_design",
     "check_reduce_scatter",
     "check_ring_bytes",
     "check_ring_reduce_scatter",
@@ -129,6 +139,8 @@ __all__ = [
     "check_same_as_big_batch",
     "check_selective_saving",
     "check_server_seconds",
+    "check_stage3_bytes",
+    "check_stage3_ratio",
     "check_stages",
     "check_step_shardings",
     "check_switch_batch",
@@ -138,6 +150,8 @@ __all__ = [
     "check_tp_degree",
     "check_weight_bytes",
     "check_weight_versions",
+    "check_weights_held",
+    "check_zero_design",
     "check_zero_memory",
     "checker",
 ]

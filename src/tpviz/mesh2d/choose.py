@@ -123,6 +123,7 @@ def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.Syste
 
 def smallest_batch_per_device(h2: int, system: cost.System) -> float:
     """The Scaling Book's bound for mixed FSDP + model parallelism with one mesh axis each: the
-    step stays compute-bound only while B / N > 4 α² / H₂, with α = C / W."""
-    alpha = system.flops / system.bandwidth
-    return 4 * alpha**2 / h2
+    step stays compute-bound only while B / N > 4 (R/W)² / F, with R the peak FLOP/s and W the
+    bandwidth of one device (the book's notation; the Scaling Book writes C and α = C / W)."""
+    ratio = system.flops / system.bandwidth  # R / W, FLOPs per byte sent
+    return 4 * ratio**2 / h2

@@ -6,14 +6,16 @@ from __future__ import annotations
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import compiled
+from tpviz.core import compiled, cost
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
     as_integer,
+    as_number,
     call,
     checker,
     expect_array,
+    expect_number,
     is_stub,
 )
 from tpviz.devices import make_mesh
@@ -129,3 +131,78 @@ def check_final_reduce_scatter(fn) -> str:
                     "than a reduce-scatter moves.", hint)
     return (f"Y is sharded like X, and the compiled program ends with one reduce-scatter of "
             f"{p.steps[-1].bytes} bytes per device over model.")
+
+
+# --- numbers and a design problem ----------------------------------------------------------------
+
+HELD = {"batch": 16384, "h1": 4096, "h2": 16384, "mesh": (4, 2)}
+DESIGN = {"batch": 262144, "h1": 8192, "h2": 32768, "devices": 64, "budget": 100 * 2**20}
+CLUSTER = "H100 cluster (NVLink + InfiniBand)"
+
+
+@checker("Weights held on a 2D mesh")
+def check_weights_held(answer) -> str:
+    """H = 4,096, F = 16,384 in bf16 on the data=4 × model=2 mesh: MiB of weights one device
+    holds while the layer runs (its stored shards plus the gathered W₁' and W₂')."""
+    answer = as_number(answer)
+    q = plan(HELD["batch"], HELD["h1"], HELD["h2"], HELD["mesh"], "bf16")
+    want = q.memory.weights_held / 2**20
+    whole = 2 * HELD["h1"] * HELD["h2"] * 2 / 2**20
+    if np.isclose(answer, q.memory.weights / 2**20, rtol=1e-3):
+        raise Wrong("that is only the stored shards (1/8 of each weight).",
+                    "While the layer runs, the gathered weights are held too.")
+    if np.isclose(answer, whole, rtol=1e-3):
+        raise Wrong("that is both weights whole, as data parallelism holds them.",
+                    "After the all-gather along data, which part of each weight does a device "
+                    "hold?")
+    expect_number(answer, want, rel=1e-3, hint="Stored: 1/(N_X·N_Y) of both weights; gathered: "
+                  "1/N_Y of both. Two bytes per element.")
+    return f"{want:.0f} MiB: the gathered 1/N_Y of each weight dominates."
+
+
+@checker("The compute-bound batch")
+def check_compute_bound_batch(answer) -> str:
+    """TPU v5e, F = 16,384: the fewest tokens per chip for which the 2D step is compute-bound."""
+    answer = as_number(answer)
+    tpu = cost.SYSTEMS["TPU v5e (ICI)"]
+    want = choose.smallest_batch_per_device(16384, tpu)
+    ratio = tpu.flops / tpu.bandwidth
+    if np.isclose(answer, ratio, rtol=1e-3):
+        raise Wrong("that is R/W itself, the bound of a single sharded axis.",
+                    "The 2D bound grows with the square of R/W.")
+    if np.isclose(answer, ratio**2 / 16384, rtol=1e-3):
+        raise Wrong("you left out a constant factor.", "Look at the bound in the chapter again.")
+    expect_number(answer, want, rel=1e-2, hint="Compute R/W from the system's preset, then "
+                  "use the Scaling Book's bound for one data and one model axis.")
+    return f"{want:,.0f} tokens per chip (R/W = {ratio:,.0f})."
+
+
+@checker("Design: a mesh for 64 GPUs")
+def check_mesh_design(shape, comm_ms) -> str:
+    """B = 262,144 tokens, H = 8,192, F = 32,768 in bf16 on 64 GPUs of the H100 cluster preset;
+    at most 100 MiB of weights held per device. ``shape`` = (N_X, N_Y), the fastest allowed;
+    ``comm_ms`` its communication time per training step in ms."""
+    try:
+        shape = tuple(as_integer(n, "a mesh axis size") for n in shape)
+    except TypeError:
+        raise Wrong("shape should be a pair (N_X, N_Y).") from None
+    if len(shape) != 2 or shape[0] * shape[1] != DESIGN["devices"]:
+        raise Wrong(f"{shape} is not a (N_X, N_Y) mesh of 64 devices.")
+    b, h, f, n = (DESIGN[k] for k in ("batch", "h1", "h2", "devices"))
+    gpu = cost.SYSTEMS[CLUSTER]
+    allowed = [s for s in choose.meshes(b, h, f, n)
+               if plan(b, h, f, s, "bf16").memory.weights_held <= DESIGN["budget"]]
+    want = min(allowed, key=lambda s: choose.step_time(plan(b, h, f, s, "bf16"), gpu).comm_s)
+    if shape not in allowed:
+        held = plan(b, h, f, shape, "bf16").memory.weights_held / 2**20
+        raise Wrong(f"{shape} holds {held:,.0f} MiB of weights: over the budget.",
+                    "The gathered weights are 1/N_Y of both matrices: find the smallest N_Y "
+                    "that fits first.")
+    if shape != want:
+        raise Wrong(f"{shape} fits, but another allowed mesh communicates for less time.",
+                    "Compare the allowed shapes' times; which groups leave an NVLink node?")
+    want_ms = choose.step_time(plan(b, h, f, want, "bf16"), gpu).comm_s * 1e3
+    expect_number(as_number(comm_ms), want_ms, what="the communication time (ms)", rel=1e-2,
+                  hint="mesh2d.step_time(mesh2d.plan(...), system).comm_s, in ms.")
+    return (f"{want}: {want_ms:.1f} ms; the model axis spans two nodes, the price of the memory "
+            "budget.")

@@ -125,6 +125,36 @@ def check_weight_versions(answer) -> str:
         raise Wrong("reversed: the first stage has the most microbatches in flight.")
     if list(answer) != want:
         raise Wrong(f"{list(answer)} is not right.",
-                    "A stage keeps the weights each in-flight microbatch saw in its forward: "
-                    "as many as 1F1B's activations on that stage.")
+                    "A stage keeps the weights each in-flight microbatch saw in its forward. "
+                    "How many microbatches has a stage started but not finished, at most?")
     return "Stage d stashes p - d versions; the last stage needs no stash."
+
+
+PIPELINE_DESIGN = {"stages": 8, "layers": 48, "most_microbatches": 32, "bubble": 0.05}
+
+
+@checker("Design: microbatches and chunks for a 5 % bubble")
+def check_pipeline_design(microbatches, chunks, sends) -> str:
+    """p = 8 stages, 48 equal layers, at most 32 microbatches per step (a multiple of p for
+    interleaving), v chunks per device dividing the 6 layers a device holds, bubble at most 5 %
+    by (p−1)/(v·m+p−1): the (m, v) with the fewest activation sends, and that number of sends."""
+    m, v, sends = (as_integer(x, what) for x, what in (
+        (microbatches, "microbatches"), (chunks, "chunks"), (sends, "sends")))
+    p, per_device = PIPELINE_DESIGN["stages"], PIPELINE_DESIGN["layers"] // 8
+    options = [(mm, vv) for vv in range(1, per_device + 1) if per_device % vv == 0
+               for mm in range(p, PIPELINE_DESIGN["most_microbatches"] + 1, p)
+               if (p - 1) / (vv * mm + p - 1) <= PIPELINE_DESIGN["bubble"]]
+    want = min(options, key=lambda o: o[0] * (o[1] * p - 1))
+    if m > PIPELINE_DESIGN["most_microbatches"] or m % p or per_device % v:
+        raise Wrong(f"(m, v) = ({m}, {v}) is not allowed.",
+                    "m must be a multiple of 8 up to 32, and v must divide 6.")
+    if (p - 1) / (v * m + p - 1) > PIPELINE_DESIGN["bubble"]:
+        raise Wrong(f"(m, v) = ({m}, {v}) leaves a bubble of {(p - 1) / (v * m + p - 1):.1%}.",
+                    "Find the smallest v·m for a 5 % bubble first.")
+    if (m, v) != want:
+        raise Wrong(f"(m, v) = ({m}, {v}) meets the bubble target but sends more than needed.",
+                    "Sends per step grow with m(v·p−1): among the allowed pairs, which is "
+                    "smallest?")
+    expect_number(sends, want[0] * (want[1] * p - 1), what="the activation sends",
+                  hint="Count the chunk boundaries a microbatch crosses between devices.")
+    return f"m = {want[0]}, v = {want[1]}: {sends} activation sends (and as many gradients back)."

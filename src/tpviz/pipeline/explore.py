@@ -23,11 +23,15 @@ def render_pipeline(name: str, stages: int, microbatches: int, chunks: int,
     expected, formula = bubble_formula(name, stages, microbatches, v, 1.0,
                                                 backward_ratio)
     peak = t.peak_activations
+    if name == "zb-h1":  # Qi et al.'s (p−1)·t_F idle time holds for t_F = t_B = t_W only
+        expected_text = f"{expected:.2%} (assumes t_F = t_B = t_W)"
+    else:
+        expected_text = f"{expected:.2%}"
     height = fig.get_figheight() + 0.3  # room for one more line below the chart
     fig.set_figheight(height)
     fig.subplots_adjust(bottom=0.85 / height, top=1 - 0.45 / height)
     fig.text(0.07, 0.01, f"bubble: simulated {t.bubble_fraction:.2%}, formula {formula} = "
-             f"{expected:.2%}   ·   peak activations held (microbatches × chunks): first device "
+             f"{expected_text}   ·   peak activations held (microbatches × chunks): first device "
              f"{peak[0]}, last {peak[-1]}", fontsize=9, va="bottom")
     return fig
 

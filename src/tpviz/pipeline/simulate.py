@@ -138,8 +138,10 @@ def bubble_formula(name: str, stages: int, microbatches: int, chunks: int = 1,
     """The papers' bubble fraction (idle / total device-time) and the formula, as text.
 
     naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1) (GPipe; PipeDream-Flush); interleaved
-    (p-1)/(v m + p-1) (Megatron-LM: (p-1)/(v m) of the ideal time); ZB-H1 with m >= p, B and W
-    each half the backward: (p-1) F / (m (F+B) + (p-1) F).
+    (p-1)/(v m + p-1) (Megatron-LM: (p-1)/(v m) of the ideal time); ZB-H1 with m >= p:
+    (p-1) t_F / (m (t_F+t_B+t_W) + (p-1) t_F), where ``backward`` = t_B + t_W, split in halves.
+    Qi et al. derive the ZB-H1 idle time (p-1) t_F for t_F = t_B = t_W (their general estimate is
+    (p-1)(t_F + t_B - t_W)); with a longer backward the simulator finds more, (p-1) t_B.
     """
     name = validate.choice("name", name, ("naive", "gpipe", "1f1b", "interleaved", "zb-h1"))
     p, m, v = (validate.integer(label, value) for label, value in (
@@ -153,7 +155,7 @@ def bubble_formula(name: str, stages: int, microbatches: int, chunks: int = 1,
     if name == "interleaved":
         return (p - 1) / (v * m + p - 1), "(p−1)/(v·m+p−1)"
     if name == "zb-h1" and m >= p:
-        return (p - 1) * f / (m * (f + b) + (p - 1) * f), "(p−1)F/(m(F+B)+(p−1)F)"
+        return (p - 1) * f / (m * (f + b) + (p - 1) * f), "(p−1)t_F/(m(t_F+t_B+t_W)+(p−1)t_F)"
     if name == "zb-h1":
         return float("nan"), "(ZB-H1 formula needs m ≥ p)"
     raise ScheduleError(f"no bubble formula for {name!r}.")

@@ -17,7 +17,7 @@ from tpviz.core.exercises import (
     expect_number,
     mesh_1d,
 )
-from tpviz.zero.plan import memory, smallest_devices
+from tpviz.zero.plan import communication, memory, smallest_devices
 
 
 @checker("Memory per device under ZeRO")
@@ -77,3 +77,69 @@ def check_grad_reduce_scatter(fn) -> str:
     if kinds != {"reduce-scatter": 1}:
         raise Wrong(f"the compiled program holds {kinds}; expected one reduce-scatter.", hint)
     return "One reduce-scatter: (N-1)/N of the gradient bytes, half an all-reduce."
+
+
+@checker("Stage 3's bytes")
+def check_stage3_bytes(answer) -> str:
+    """GPT-2 XL (1.5B bf16 parameters), ZeRO stage 3 on 16 devices: GB each device sends per
+    step with ring collectives (two all-gathers of the parameters and one reduce-scatter)."""
+    answer = as_number(answer)
+    psi, n = 1.5e9, 16
+    want = communication(psi, n, 3) / 1e9
+    if np.isclose(answer, communication(psi, n, 0) / 1e9, rtol=1e-3):
+        raise Wrong("that is data parallelism's all-reduce (stages 0–2).",
+                    "Stage 3 dropped the parameters after the forward pass.")
+    if np.isclose(answer, 3 * 2 * psi / 1e9, rtol=1e-3):
+        raise Wrong("a ring collective sends (N−1)/N of the array, not all of it.",
+                    "Apply the ring factor to each of the three collectives.")
+    expect_number(answer, want, rel=1e-3, hint="Count the collectives of one step and the ring "
+                  "bytes of each; 2 bytes per parameter.")
+    return f"{want:.3f} GB: 1.5× data parallelism's."
+
+
+@checker("Measured stage-3 ratio")
+def check_stage3_ratio(answer) -> str:
+    """The ratio of stage 3's bytes to data parallelism's in the chapter's compiled step, for
+    L = 24 layers (the first layer's backward gather is not needed)."""
+    answer = as_number(answer)
+    layers = 24
+    want = (3 * layers - 1) / (2 * layers)
+    if np.isclose(answer, 1.5):
+        raise Wrong("1.5 is the limit for many layers.", "One gather of the 2L is missing.")
+    if np.isclose(answer, (3 * 4 - 1) / 8):
+        raise Wrong("that is the chapter's 4-layer ratio.", "Redo it for 24 layers.")
+    expect_number(answer, want, rel=1e-6, hint="Count the gathers and the reduce-scatters of "
+                  "L layers, each of one layer's bytes, against data parallelism's L all-reduces.")
+    return f"{want:.4f}: (3L − 1)/(2L)."
+
+
+ZERO_DESIGN = {"params": 20e9, "memory": 80e9, "activations": 20e9, "devices": 16}
+
+
+@checker("Design: a ZeRO stage and a device count")
+def check_zero_design(stage, devices, gb_sent) -> str:
+    """20B parameters, mixed-precision Adam, 80 GB devices with 20 GB kept for activations, up
+    to 16 devices: the stage and device count whose state fits with the fewest bytes sent per
+    device per step, and those bytes in GB."""
+    stage, devices = as_integer(stage, "the stage"), as_integer(devices, "the devices")
+    psi, room = ZERO_DESIGN["params"], ZERO_DESIGN["memory"] - ZERO_DESIGN["activations"]
+    if stage not in range(4) or devices not in range(1, ZERO_DESIGN["devices"] + 1):
+        raise Wrong("the stage is 0–3 and the devices 1–16.")
+    options = [(s, n) for s in range(4) for n in range(1, ZERO_DESIGN["devices"] + 1)
+               if memory(psi, n, s).total <= room]
+    want = min(options, key=lambda o: (communication(psi, o[1], o[0]), o[1]))
+    if memory(psi, devices, stage).total > room:
+        raise Wrong(f"stage {stage} on {devices} devices needs "
+                    f"{memory(psi, devices, stage).total / 1e9:.1f} GB of state: more than "
+                    f"{room / 1e9:.0f} GB.", "Write the bytes per device of each stage as a "
+                    "function of N and solve for the smallest N that fits.")
+    if (stage, devices) != want:
+        raise Wrong(f"stage {stage} on {devices} devices fits, but sends "
+                    f"{communication(psi, devices, stage) / 1e9:.1f} GB per device; another "
+                    "choice sends less.", "Compare the cheapest fitting choice of each stage.")
+    expect_number(as_number(gb_sent), communication(psi, *want[::-1]) / 1e9,
+                  what="the GB sent", rel=1e-3, hint="zero.communication(params, devices, stage)"
+                  " counts ring bytes at 2 bytes per parameter.")
+    return (f"stage {want[0]} on {want[1]} devices: "
+            f"{memory(psi, want[1], want[0]).total / 1e9:.1f} GB of state, "
+            f"{communication(psi, want[1], want[0]) / 1e9:.1f} GB sent per device.")
