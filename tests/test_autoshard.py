@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from checking import fails, passes
 from jax.sharding import PartitionSpec as P
 
 import tpviz
@@ -15,7 +16,6 @@ from tpviz import autoshard as auto
 from tpviz.autoshard import exercises as ex
 from tpviz.core import cost
 from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError
-from tpviz.exercises import ExerciseFailed
 from tpviz.mesh2d import choose
 from tpviz.mesh2d.plan import plan as mesh2d_plan
 from tpviz.pipeline.plan import balance
@@ -241,14 +241,6 @@ def test_widget_renders():
     auto.explore_autoshard()
 
 
-def passes(check, *args, capsys):
-    check(*args)
-    assert "✓" in capsys.readouterr().out
-
-
-def fails(check, *args, words):
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
 
 
 def test_check_edge_bytes(capsys):

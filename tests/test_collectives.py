@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from checking import fails, passes
 
 import tpviz
 from tpviz import collectives as C
@@ -14,7 +15,6 @@ from tpviz.collectives import buckets
 from tpviz.collectives.plan import ALGORITHMS, OPS, CollectivePlan
 from tpviz.core.collectives import Collective
 from tpviz.errors import ArgumentError, ArgumentTypeError, CheckFailed, WorkerError, WorkerTimeout
-from tpviz.exercises import ExerciseFailed
 
 KS = (2, 4, 8, 16)
 
@@ -196,14 +196,6 @@ def test_best_bucket_is_between_the_extremes():
 
 # ---- checkers: the right answer passes, plausible wrong ones fail -----------------------------
 
-def passes(check, *args, capsys):
-    check(*args)
-    assert "✓" in capsys.readouterr().out
-
-
-def fails(check, *args, words):
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
 
 
 def test_check_ring_bytes(capsys):

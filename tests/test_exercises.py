@@ -6,27 +6,17 @@ import itertools
 import jax
 import numpy as np
 import pytest
+from checking import fails, passes
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tpviz
 from tpviz.core.exercises import Wrong, expect_array
-from tpviz.exercises import ExerciseFailed, checker
+from tpviz.exercises import checker
 
 ex = tpviz.exercises
 
 
-def passes(check, *args, capsys):
-    check(*args)
-    assert "✓" in capsys.readouterr().out
-
-
-def fails(check, *args, words):
-    with pytest.raises(ExerciseFailed, match=words) as info:
-        check(*args)
-    rendered = info.value._render_traceback_()  # IPython shows this instead of a stack
-    assert len(rendered) == 1 and str(info.value) in rendered[0]
-    return str(info.value)
 
 
 def test_bytes_per_device(capsys):

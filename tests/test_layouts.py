@@ -1,6 +1,7 @@
 import jax
 import numpy as np
 import pytest
+from checking import fails as _fails
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from matplotlib.patches import Rectangle
@@ -40,12 +41,6 @@ def test_three_dimensional_arrays_are_refused_clearly():
 
 
 # --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
-
-def _fails(check, *args, words):
-    from tpviz.exercises import ExerciseFailed
-
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
 
 
 def test_block_notation_checker(capsys):

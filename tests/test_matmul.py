@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from checking import fails as _fails
 from jax.sharding import PartitionSpec as P
 
 import tpviz
@@ -123,12 +124,6 @@ def test_explore_matmul_renders_and_compiles():
 
 
 # --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
-
-def _fails(check, *args, words):
-    from tpviz.exercises import ExerciseFailed
-
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
 
 
 def test_latency_crossover_checker(capsys):

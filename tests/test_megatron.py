@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from checking import fails as _fails
 from jax.sharding import PartitionSpec as P
 
 import tpviz
@@ -144,12 +145,6 @@ def test_plan_flops_from_the_shapes():
 
 
 # --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
-
-def _fails(check, *args, words):
-    from tpviz.exercises import ExerciseFailed
-
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
 
 
 def test_tp_bytes_checker(capsys):

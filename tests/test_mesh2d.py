@@ -5,6 +5,9 @@ for meshes that don't fit."""
 import jax
 import numpy as np
 import pytest
+from checking import fails as _fails
+from checking import passes as _passes
+from checking import stub as _stub
 
 import tpviz
 from tpviz import mesh2d
@@ -165,21 +168,7 @@ def test_drawings_show_every_step():
 
 # --- new checkers (issue 14): right answer, plausible wrong answers, stub ---------------------
 
-def _passes(check, *args, capsys):
-    check(*args)
-    assert "✓" in capsys.readouterr().out
 
-
-def _fails(check, *args, words):
-    from tpviz.exercises import ExerciseFailed
-
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
-
-
-def _stub(check, *args, capsys):
-    check(*args)
-    assert "not attempted" in capsys.readouterr().out
 
 
 def test_check_weights_held(capsys):

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from checking import fails, passes
 from matplotlib.figure import Figure
 
 import tpviz
@@ -16,7 +17,6 @@ from tpviz.core import compiled
 from tpviz.core.cost import SYSTEMS, bandwidth_for
 from tpviz.core.widgets import Live
 from tpviz.errors import ArgumentError, ShardingError
-from tpviz.exercises import ExerciseFailed
 
 ex = importlib.import_module("tpviz.moe.exercises")
 CHOICES = ex.CHOICES
@@ -236,14 +236,6 @@ def test_render_and_explore():
 
 # --- exercises: the right answer passes, plausible wrong answers fail -----------------------------
 
-def passes(check, *args, capsys):
-    check(*args)
-    assert "✓" in capsys.readouterr().out
-
-
-def fails(check, *args, words):
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
 
 
 def test_check_capacity(capsys):

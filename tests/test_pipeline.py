@@ -6,6 +6,9 @@ import itertools
 import jax
 import numpy as np
 import pytest
+from checking import fails as _fails
+from checking import passes as _passes
+from checking import stub as _stub
 from PIL import Image
 
 from tpviz.core.figures import png as draw_png
@@ -287,21 +290,7 @@ def test_1f1b_needs_less_compiled_memory_and_the_stash_accounts_for_it(spmd_runs
 
 # --- new checkers (issue 14): right answer, plausible wrong answers, stub ---------------------
 
-def _passes(check, *args, capsys):
-    check(*args)
-    assert "✓" in capsys.readouterr().out
 
-
-def _fails(check, *args, words):
-    from tpviz.exercises import ExerciseFailed
-
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
-
-
-def _stub(check, *args, capsys):
-    check(*args)
-    assert "not attempted" in capsys.readouterr().out
 
 
 def test_check_pipeline_design(capsys):

@@ -2,6 +2,9 @@
 parameters match the plan, plain data parallelism and one device."""
 
 import pytest
+from checking import fails as _fails
+from checking import passes as _passes
+from checking import stub as _stub
 
 from tpviz import zero
 from tpviz.zero import draw, run
@@ -137,21 +140,7 @@ def test_drawings():
 
 # --- new checkers (issue 14): right answer, plausible wrong answers, stub ---------------------
 
-def _passes(check, *args, capsys):
-    check(*args)
-    assert "✓" in capsys.readouterr().out
 
-
-def _fails(check, *args, words):
-    from tpviz.exercises import ExerciseFailed
-
-    with pytest.raises(ExerciseFailed, match=words):
-        check(*args)
-
-
-def _stub(check, *args, capsys):
-    check(*args)
-    assert "not attempted" in capsys.readouterr().out
 
 
 def test_check_stage3_bytes(capsys):
