@@ -31,8 +31,11 @@ def mlp(p, footer: str = "") -> Figure:
         fig.text(0.01, 0.01, footer, fontsize=9)
     for ax, (title, shape, spec) in zip(axes, arrays, strict=True):
         bs = layout.blocks(shape, spec, mesh)
-        blocks_figure(shape, [(b.slices, b.devices) for b in bs], title, ax=ax,
+        blocks_figure(shape, [(b.slices, b.devices) for b in bs],
+                      f"{title}\n[{shape[0]:,} × {shape[1]:,}]", ax=ax,
                       labels=n <= 8 or len(bs) == 1)  # beyond 8, colour alone (text is slow)
+        ax.set_xticks([])  # the shape is in the title: tick labels would double the drawing time
+        ax.set_yticks([])
     size = layout.dtype_size(p.dtype)
     fig.suptitle(
         f"{n} devices, {p.tokens:,} tokens, H = {h:,}, F = {f:,} ({p.dtype}): each device holds "
