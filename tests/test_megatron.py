@@ -113,8 +113,10 @@ def test_drawings_state_the_plan():
     p = megatron.plan(64, 64, 256, 8, 4, "bf16")
     fig = draw.mlp(p)
     assert "W1[64, 64] and W2[64, 64] = 16,384 bytes (1/4 of the MLP)" in fig._suptitle.get_text()
-    assert [ax.get_title() for ax in fig.axes] == ["In: all", "W1: columns", "Tmp = gelu(In W1)",
-                                                  "W2: rows", "Out: all-reduced"]
+    # T = 64 tokens, H = 64, F = 256: each array's shape under its name
+    assert [ax.get_title() for ax in fig.axes] == [
+        "In: all\n[64 × 64]", "W1: columns\n[64 × 256]", "Tmp = gelu(In W1)\n[64 × 256]",
+        "W2: rows\n[256 × 64]", "Out: all-reduced\n[64 × 64]"]
     assert "2 all-reduces forward (g), 2 backward (f)" in draw.timeline("block").axes[0].get_title(loc="left")
 
 
