@@ -98,3 +98,17 @@ def test_table_prints_every_collective(mesh8):
 def test_a_function_that_does_not_compile():
     with pytest.raises(CompileError, match=r"float32\[8, 16\], float32\[8, 16\]"):
         compiled.collectives(lambda a, b: a @ b, jnp.ones((8, 16)), jnp.ones((8, 16)))
+
+
+def test_a_permute_runs_along_the_axes_its_pairs_differ_in():
+    mesh = tpviz.make_mesh((2, 4), ("X", "Y"))
+
+    def shift(x):  # x: f32[1, 1], one value per device; send to the next position along Y
+        return jax.lax.ppermute(x, "Y", [(i, (i + 1) % 4) for i in range(4)])
+
+    program = jax.shard_map(shift, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))
+    (op,) = compiled.collectives(program, np.zeros((2, 4), np.float32))
+    assert op.kind == "collective-permute"
+    # positions x*4 + y: every pair keeps x and moves y
+    assert all(s // 4 == d // 4 and s != d for s, d in op.groups)
+    assert compiled.mesh_axes(op, mesh) == ("Y",)

@@ -183,12 +183,16 @@ def memory(program, *args, **kwargs) -> Memory:
 
 def mesh_axes(c: Collective, mesh) -> tuple[str, ...] | None:
     """The mesh axes a compiled collective's groups run along, e.g. ``("model",)``: the groups
-    are the devices that differ only in those axes. None when no set of axes matches (or for a
-    permute, whose groups are (source, target) pairs)."""
-    if c.kind == "collective-permute":
-        return None
+    are the devices that differ only in those axes; for a permute, the axes along which its
+    (source, target) pairs differ. None when no set of axes matches."""
     names = tuple(mesh.axis_names)
     shape = tuple(mesh.devices.shape)
+    if c.kind == "collective-permute":  # partition ids are row-major positions in the mesh
+        moved = {k for src, dst in c.groups
+                 for k, (a, b) in enumerate(zip(np.unravel_index(src, shape),
+                                                np.unravel_index(dst, shape), strict=True))
+                 if a != b}
+        return tuple(names[k] for k in sorted(moved)) or None
     ids = np.arange(int(np.prod(shape))).reshape(shape)  # partition ids, row-major over the mesh
     found = {frozenset(g) for g in c.groups}
     for size in range(1, len(names) + 1):

@@ -32,22 +32,11 @@ POLICIES = {"none": None, "full": None,
             "dots saved": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
-def axis_of(c: Collective, mesh) -> tuple[str, ...] | None:
-    """The mesh axes a compiled collective runs along; for a permute, the axes along which
-    its (source, target) pairs differ."""
-    if c.kind != "collective-permute":
-        return compiled.mesh_axes(c, mesh)
-    ids = np.vectorize(lambda d: d.id)(mesh.devices)
-    where = {int(i): np.argwhere(ids == i)[0] for i in ids.ravel()}
-    moved = {k for src, dst in c.groups for k in np.nonzero(where[src] != where[dst])[0]}
-    return tuple(mesh.axis_names[k] for k in sorted(moved))
-
-
 def by_axis(collectives, mesh) -> dict[str, Collectives]:
     """Collectives grouped by the mesh axes they run along ("data+pipeline" for two)."""
     groups = defaultdict(Collectives)
     for c in collectives:
-        axes = axis_of(c, mesh)
+        axes = compiled.mesh_axes(c, mesh)
         groups["+".join(axes) if axes else "?"].append(c)
     return dict(groups)
 
