@@ -1,4 +1,4 @@
-"""Chapter 8: activation memory derived term by term, the 3D plan and search, the 2×2×2 run."""
+"""Chapter 11: activation memory derived term by term, the 3D plan and search, the 2×2×2 run."""
 
 import time
 

@@ -1,4 +1,4 @@
-"""Automatic parallelization (chapter 9): Alpa's intra-op ILP and inter-op stage DP.
+"""Automatic parallelization (chapter 12): Alpa's intra-op ILP and inter-op stage DP.
 
 Rooms: ``graph`` (a tiny op graph; :func:`mlp`, :func:`transformer`, :class:`Builder`),
 ``strategies`` (each op's strategies and costs, resharding an edge), ``solve`` (the ILP with

@@ -3,7 +3,7 @@
 nbgrader works on a course directory: ``source/<assignment>/<notebook>.ipynb`` (the instructor's
 version), ``release/`` (what students get), ``submitted/<student>/<assignment>/``,
 ``autograded/``, ``feedback/`` and a gradebook database. tpviz makes one in a temporary folder,
-one assignment per chapter (named by the chapter's file name, e.g. ``04_zero``), runs nbgrader's
+one assignment per chapter (named by the chapter's file name, e.g. ``05_zero``), runs nbgrader's
 own commands in it, and copies out only the results, through :func:`tpviz.grading.files.write_all`
 (nothing is written into the book, nothing changed since it was written is overwritten).
 """
@@ -118,7 +118,7 @@ def release_main(argv: list[str]) -> int:
         "with tpviz's stubs) into a folder outside the book.")
     parser.add_argument("book", type=Path, help="folder of the chapter notebooks")
     parser.add_argument("out", type=Path, help="output folder, e.g. student")
-    parser.add_argument("chapters", nargs="*", help="chapter names (default: all), e.g. 04_zero")
+    parser.add_argument("chapters", nargs="*", help="chapter names (default: all), e.g. 05_zero")
     parser.add_argument("--force", action="store_true",
                         help="replace files changed since tpviz wrote them")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Grade a folder of submissions with nbgrader, without a JupyterHub.
 
-``submissions/<student>/<chapter>.ipynb`` (e.g. ``submissions/ada/04_zero.ipynb``) are copied into
+``submissions/<student>/<chapter>.ipynb`` (e.g. ``submissions/ada/05_zero.ipynb``) are copied into
 a temporary nbgrader course made from the book's chapters, then nbgrader's own commands run:
 ``generate_assignment`` (the gradebook learns the check cells and their points),
 ``autograde`` (each submission in a fresh kernel, with a per-cell timeout, the locked check

@@ -1,4 +1,4 @@
-"""Sharded matrix multiplication ``Out[B, F] = In[B, D] · W1[D, F]`` (chapter 2).
+"""Sharded matrix multiplication ``Out[B, F] = In[B, D] · W1[D, F]`` (chapter 3).
 
 Rooms: ``plan`` (the four cases, per-device shapes, FLOPs, collectives; no devices), ``run``
 (``explicit``: ``jax.shard_map`` with the collectives by hand; ``gspmd``: ``jax.jit`` with the

@@ -1,4 +1,4 @@
-"""Checkers for chapter 2: sharded matrix multiplication."""
+"""Checkers for chapter 3: sharded matrix multiplication."""
 
 from __future__ import annotations
 

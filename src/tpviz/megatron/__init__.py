@@ -1,4 +1,4 @@
-"""Megatron-LM tensor parallelism: the sharded MLP, attention and transformer block (chapter 3).
+"""Megatron-LM tensor parallelism: the sharded MLP, attention and transformer block (chapter 4).
 
 Rooms: ``plan`` (per-device weight shapes, bytes, all-reduces; no devices), ``run`` (the
 conjugate operators ``copy_to_tp_region`` = f and ``reduce_from_tp_region`` = g, the

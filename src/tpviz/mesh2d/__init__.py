@@ -1,4 +1,4 @@
-"""An MLP on a 2D ``(data, model)`` device mesh: data and model parallelism at once (chapter 5).
+"""An MLP on a 2D ``(data, model)`` device mesh: data and model parallelism at once (chapter 6).
 
 Rooms: ``plan`` (the step table: every array's sharding, per-device shape, collectives and
 bytes), ``choose`` (beside data parallelism and 1D Megatron; the best mesh and the step time),

@@ -1,4 +1,4 @@
-"""Expert parallelism: a mixture-of-experts layer routed, dispatched by all-to-all (chapter 7).
+"""Expert parallelism: a mixture-of-experts layer routed, dispatched by all-to-all (chapter 10).
 
 Rooms: ``plan`` (capacity, routing and drops in NumPy, the load-balancing loss, per-device
 shapes and all-to-alls; no devices), ``run`` (the layer by ``shard_map`` + ``all_to_all``, as

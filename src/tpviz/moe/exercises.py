@@ -23,7 +23,7 @@ from tpviz.core.exercises import (
 from tpviz.errors import TpvizError
 from tpviz.moe.plan import AXIS, aux_loss, capacity, keep, route, skewed_logits, softmax, top_k
 
-# Exercise 7.2 and 7.3: 8 tokens, top-2 of 4 experts; row t = token t's (first, second) choice
+# Exercise 10.2 and 7.3: 8 tokens, top-2 of 4 experts; row t = token t's (first, second) choice
 CHOICES = np.array([[0, 1], [0, 2], [1, 0], [0, 3], [0, 1], [2, 0], [0, 1], [3, 0]])
 
 
@@ -147,7 +147,7 @@ def check_all_to_all_bytes(answer) -> str:
             "dispatch and combine, forward and backward.")
 
 
-# Exercise 7.7 (design): N = 8 devices, T = 4,096 tokens, H = 4,096, F = 2,048 (fine-grained
+# Exercise 10.7 (design): N = 8 devices, T = 4,096 tokens, H = 4,096, F = 2,048 (fine-grained
 # experts), bf16, top-2, a router of skew 0.2; memory per device: expert weights + 4 buffers.
 DESIGN = {"devices": 8, "tokens": 4096, "hidden": 4096, "ffn": 2048, "top_k": 2, "skew": 0.2,
           "budget": 2**30, "drop_target": 0.01, "factors": (1.0, 1.25, 1.5, 2.0, 3.0)}

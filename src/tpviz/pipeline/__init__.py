@@ -1,4 +1,4 @@
-"""Pipeline parallelism (chapter 6): schedules, a simulator, balanced stages, drawings, and a
+"""Pipeline parallelism (chapter 7): schedules, a simulator, balanced stages, drawings, and a
 pipelined model run for real as one SPMD program.
 
 Rooms: ``plan`` (``schedule(name, stages, microbatches, chunks=1)``: every device's ops in order;

@@ -1,4 +1,4 @@
-"""Putting it together (chapter 8): activation memory, rematerialization, 3D parallelism.
+"""Putting it together (chapter 11): activation memory, rematerialization, 3D parallelism.
 
 Rooms: ``memory`` (activation bytes of a layer, Korthikanti et al. 2023), ``plan`` (memory,
 time and MFU of a (t, p, d, b, ZeRO, recompute) configuration), ``search`` (``best``), ``run``

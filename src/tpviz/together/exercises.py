@@ -1,4 +1,4 @@
-"""Checkers for chapter 8: activation bytes, recomputation, axis placement, bubble, design."""
+"""Checkers for chapter 11: activation bytes, recomputation, axis placement, bubble, design."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ZeRO (chapter 4): partition the optimizer state (stage 1), the gradients (2) and the
+"""ZeRO (chapter 5): partition the optimizer state (stage 1), the gradients (2) and the
 parameters (3) of data-parallel training over its devices (Rajbhandari et al., 2020).
 
 Rooms: ``plan`` (``memory(params, devices, stage, ...)``, ``collectives`` and
