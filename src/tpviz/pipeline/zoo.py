@@ -189,45 +189,52 @@ def _dualpipe(p: int, m: int, v_shape: bool) -> list[list[Op]]:
             ranks, h, count = p // 2, min(rank, p - 1 - rank), m // 2
             down, up = (0, rank), (m // 2, p - 1 - rank)
             phases = [down, up] if rank < p // 2 else [up, down]
-        nf, nb, w_queue, ops = [0, 0], [0, 0], deque(), []
-
-        def f(ph):
-            ops.append(Op("F", phases[ph][0] + nf[ph], phases[ph][1]))
-            nf[ph] += 1
-
-        def b(ph, zb=False):
-            mb, c = phases[ph][0] + nb[ph], phases[ph][1]
-            nb[ph] += 1
-            ops.append(Op("B" if zb else "BW", mb, c))
-            if zb:
-                w_queue.append(Op("W", mb, c))
-
-        def w():
-            ops.append(w_queue.popleft())
-
-        for _ in range((ranks - h - 1) * 2):  # step 1: nF0
-            f(0)
-        for _ in range(h + 1):  # step 2: nF0F1
-            f(0), f(1)
-        for _ in range(ranks - h - 1):  # step 3: nB1W1F1 (zero bubble)
-            b(1, True), w(), f(1)
-        for _ in range(count - 2 * ranks + h + 1):  # step 4: nF0B1F1B0
-            f(0), b(1), f(1), b(0)
-        for _ in range(ranks - h - 1):  # step 5: nB1F1B0
-            b(1), f(1), b(0)
-        zb = False
-        for i in range(h + 1):  # step 6: nB1B0, the second half with zero bubble
-            if i == (h + 1) // 2 and h % 2 == 1:
-                zb = True
-            b(1, zb)
-            if i == (h + 1) // 2 and h % 2 == 0:
-                zb = True
-            b(0, zb)
-        for _ in range(ranks - h - 1):  # step 7: nWB0
-            w(), b(0, True)
-        for _ in range(h + 1):  # step 8: nW
-            w()
-        if w_queue or nf != [count, count] or nb != [count, count]:
-            raise ScheduleError(f"DualPipe's steps left work on device {rank} (a bug).")
-        out.append(ops)
+        out.append(_dualpipe_rank(rank, ranks, h, count, phases))
     return out
+
+
+def _dualpipe_rank(rank: int, ranks: int, h: int, count: int, phases) -> list[Op]:
+    """One device's ops: steps 1-8 of ``DualPipe.step`` (``ranks`` = its num_half_ranks,
+    ``h`` its half_rank; DualPipeV: num_ranks and rank); ``phases[k]`` = (first
+    microbatch, chunk) of phase k."""
+    nf, nb, w_queue, ops = [0, 0], [0, 0], deque(), []
+
+    def f(ph):
+        ops.append(Op("F", phases[ph][0] + nf[ph], phases[ph][1]))
+        nf[ph] += 1
+
+    def b(ph, zb=False):
+        mb, c = phases[ph][0] + nb[ph], phases[ph][1]
+        nb[ph] += 1
+        ops.append(Op("B" if zb else "BW", mb, c))
+        if zb:
+            w_queue.append(Op("W", mb, c))
+
+    def w():
+        ops.append(w_queue.popleft())
+
+    for _ in range((ranks - h - 1) * 2):  # step 1: nF0
+        f(0)
+    for _ in range(h + 1):  # step 2: nF0F1
+        f(0), f(1)
+    for _ in range(ranks - h - 1):  # step 3: nB1W1F1 (zero bubble)
+        b(1, True), w(), f(1)
+    for _ in range(count - 2 * ranks + h + 1):  # step 4: nF0B1F1B0
+        f(0), b(1), f(1), b(0)
+    for _ in range(ranks - h - 1):  # step 5: nB1F1B0
+        b(1), f(1), b(0)
+    zb = False
+    for i in range(h + 1):  # step 6: nB1B0, the second half with zero bubble
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zb = True
+        b(1, zb)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zb = True
+        b(0, zb)
+    for _ in range(ranks - h - 1):  # step 7: nWB0
+        w(), b(0, True)
+    for _ in range(h + 1):  # step 8: nW
+        w()
+    if w_queue or nf != [count, count] or nb != [count, count]:
+        raise ScheduleError(f"DualPipe's steps left work on device {rank} (a bug).")
+    return ops
