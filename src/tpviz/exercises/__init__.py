@@ -3,6 +3,14 @@
 The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpviz.core.exercises`.
 """
 
+from tpviz.asyncpipe.exercises import (
+    check_chimera,
+    check_dualpipe_idle,
+    check_memory_cap,
+    check_staleness,
+    check_two_bw,
+    check_weight_memory,
+)
 from tpviz.autoshard.exercises import (
     check_column_parallel_bytes,
     check_edge_bytes,
@@ -87,7 +95,7 @@ from tpviz.zero.exercises import (
     check_zero_memory,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (chapter 8's checkers appended last, for clean merges)
     "ExerciseFailed",
     "NotAttempted",
     "Wrong",
@@ -154,4 +162,10 @@ __all__ = [
     "check_zero_design",
     "check_zero_memory",
     "checker",
+    "check_chimera",
+    "check_dualpipe_idle",
+    "check_memory_cap",
+    "check_staleness",
+    "check_two_bw",
+    "check_weight_memory",
 ]
