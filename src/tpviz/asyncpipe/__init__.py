@@ -3,8 +3,9 @@
 The schedules themselves are in :mod:`tpviz.pipeline` (``schedule("pipedream", p, m)`` …, with
 weight versions, staleness and weight copies in ``simulate``). This topic adds the chapter's
 rooms: ``formulas`` (each paper's bubble, staleness and weight copies, beside the simulator),
-``stale`` (``train``: a 4-stage MLP on 4 devices trained with each schedule's true staleness), ``draw``
-(the Gantt chart coloured by weight version, loss curves), ``explore`` and ``exercises``.
+``stale`` (``train``: a 4-stage MLP on 4 devices trained with each schedule's true
+staleness), ``draw`` (the Gantt chart coloured by weight version, loss curves), ``explore`` and
+``exercises``.
 """
 
 from tpviz.asyncpipe import draw
