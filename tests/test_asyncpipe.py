@@ -168,3 +168,14 @@ def test_dualpipe_idle_checker(capsys):
     passes(ex.check_dualpipe_idle, 6, 21, capsys=capsys)
     fails(ex.check_dualpipe_idle, 15, 21, words="3W")
     fails(ex.check_dualpipe_idle, 6, 14, words="full backward")
+
+
+def test_explore_zoo_draws_and_refuses_bad_settings_clearly():
+    import tpviz
+
+    bundle = tpviz.explore_zoo(name="dualpipe", stages=4, microbatches=8)._repr_mimebundle_()
+    assert bundle
+    from tpviz.core import live as core_live
+
+    table, _ = core_live.table(explore.LIVE)
+    assert any("2p" in r.get("note", "") for r in table)  # dualpipe p=8, m=8 refused, said why

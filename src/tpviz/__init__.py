@@ -7,6 +7,7 @@ checker.
 """
 
 from tpviz import (
+    asyncpipe,
     autoshard,
     collectives,
     core,
@@ -21,6 +22,7 @@ from tpviz import (
     together,
     zero,
 )
+from tpviz.asyncpipe import explore_zoo
 from tpviz.autoshard import explore_autoshard
 from tpviz.collectives import explore_collectives
 from tpviz.devices import make_mesh, setup_devices
@@ -42,14 +44,40 @@ TOPICS = (
     "zero",
     "mesh2d",
     "pipeline",
+    "asyncpipe",
     "moe",
     "together",
     "autoshard",
 )
 
-__all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
-           "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
-           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
-           "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
-           "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]
+__all__ = [
+    "TOPICS",
+    "asyncpipe",
+    "autoshard",
+    "collectives",
+    "core",
+    "errors",
+    "exercises",
+    "explore_autoshard",
+    "explore_collectives",
+    "explore_layout",
+    "explore_matmul",
+    "explore_megatron",
+    "explore_mesh2d",
+    "explore_moe",
+    "explore_pipeline",
+    "explore_together",
+    "explore_zero",
+    "explore_zoo",
+    "layouts",
+    "make_mesh",
+    "matmul",
+    "megatron",
+    "mesh2d",
+    "moe",
+    "pipeline",
+    "setup_devices",
+    "together",
+    "zero",
+]
 __version__ = "0.2.0"
