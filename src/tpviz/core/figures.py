@@ -30,9 +30,22 @@ def palette(n: int) -> list:
     return [plt.get_cmap("cividis")(v) for v in np.linspace(0.05, 0.95, n)]
 
 
+def luminance(colour) -> float:
+    """WCAG 2 relative luminance of a colour (0 black, 1 white)."""
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+           for c in plt.matplotlib.colors.to_rgb(colour)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(a, b) -> float:
+    """WCAG 2 contrast ratio of two colours, 1 to 21 (text wants >= 4.5, marks >= 3)."""
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
 def text_colour(colour) -> str:
-    r, g, b = plt.matplotlib.colors.to_rgb(colour)
-    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+    """Black or white, whichever contrasts more with ``colour`` (always >= 4.58:1)."""
+    return "black" if contrast(colour, "black") >= contrast(colour, "white") else "white"
 
 
 def _device_label(devices: Sequence[int]) -> str:
