@@ -7,6 +7,9 @@
 - Every figure's alt text says what it shows: a notebook's output image gets its caption's words
   (myst-nb writes the image's file path there), and an image without a caption the words of the
   paragraph before its cell's code.
+- Figures are numbered per chapter ("Fig. 7.3": chapter 7's third figure), in captions and in
+  the references to them (Sphinx numbers them through the whole book when the toc is not
+  numbered, and a numbered toc would number the chapters from 1, not as their files are).
 - The references list labels each work as the text cites it ("Huang et al., 2019", not
   "[HCB+19]"), and its web addresses and arXiv numbers are links.
 """
@@ -118,13 +121,41 @@ def _scripts_once(head: str) -> str:
     return "\n".join(kept)
 
 
+_CAPTION_NUMBER = re.compile(r'<span class="caption-number">Fig\. (\d+) </span>')
+_NUMREF = re.compile(r'(<span class="std std-numref">)Fig\. (\d+)(</span>)')
+_CHAPTER = re.compile(r"^(\d\d)_")
+
+
+def figure_numbers(pages: dict[str, str]) -> dict[str, str]:
+    """The book-wide figure number -> "chapter.k", from each chapter page's captions (a page
+    ``NN_slug.html`` is chapter NN; its figures are numbered 1, 2, ... in page order)."""
+    labels = {}
+    for name, body in pages.items():
+        chapter = _CHAPTER.match(name)
+        if chapter:
+            for k, m in enumerate(_CAPTION_NUMBER.finditer(body), start=1):
+                labels[m.group(1)] = f"{int(chapter.group(1))}.{k}"
+    return labels
+
+
+def renumber(body: str, labels: dict[str, str]) -> str:
+    body = _CAPTION_NUMBER.sub(lambda m: f'<span class="caption-number">Fig. '
+                               f'{labels.get(m.group(1), m.group(1))} </span>', body)
+    return _NUMREF.sub(lambda m: f"{m.group(1)}Fig. {labels.get(m.group(2), m.group(2))}"
+                       f"{m.group(3)}", body)
+
+
 def _finish(app, exception):
     if exception is not None or app.builder.format != "html":
         return
-    for page in Path(app.outdir).rglob("*.html"):
-        text = page.read_text(encoding="utf-8")
+    files = sorted(Path(app.outdir).rglob("*.html"))
+    texts = {page: page.read_text(encoding="utf-8") for page in files}
+    labels = figure_numbers({page.name: text for page, text in texts.items()})
+    for page, text in texts.items():
         head, sep, body = text.partition("</head>")
-        new = _scripts_once(head) + sep + reference_links(alt_texts(body)) if sep else text
+        if not sep:
+            continue
+        new = _scripts_once(head) + sep + renumber(reference_links(alt_texts(body)), labels)
         if new != text:
             page.write_text(new, encoding="utf-8")
 
