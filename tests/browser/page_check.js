@@ -5,7 +5,9 @@
 // sideways.
 async () => {
   await window.tpvizLiveReady;
-  const rgb = (s) => { const m = (s || "").match(/[\d.]+/g); return m && m.length >= 3 ? m.slice(0, 3).map(Number) : null; };
+  // an opaque colour as [r, g, b]; null for none or a transparent one (rgba(..., 0))
+  const rgb = (s) => { const m = (s || "").match(/[\d.]+/g);
+    return m && m.length >= 3 && !(m.length > 3 && +m[3] === 0) ? m.slice(0, 3).map(Number) : null; };
   const lum = ([r, g, b]) => { const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
     return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
   const contrast = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
@@ -19,7 +21,11 @@ async () => {
     const low = [];
     for (const t of texts) {
       const fg = painted(t, "fill"); if (!fg) continue;
-      const r = t.getBoundingClientRect(); if (!r.width) continue;
+      let r = t.getBoundingClientRect(); if (!r.width) continue;
+      if (r.top < 0 || r.bottom > window.innerHeight) {  // off screen: nothing is found under it
+        t.scrollIntoView({ block: "center" });
+        r = t.getBoundingClientRect();
+      }
       const under = document.elementsFromPoint(r.x + r.width / 2, r.y + r.height / 2)
         .find((e) => e !== t && svg.contains(e) && e.tagName === "path" && painted(e, "fill"));
       const bg = under ? painted(under, "fill") : white;
