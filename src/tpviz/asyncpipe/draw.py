@@ -8,7 +8,8 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from tpviz.core.figures import palette, text_colour
+from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
+from tpviz.core.figures import figure as column_figure
 from tpviz.pipeline.draw import IDLE
 from tpviz.pipeline.simulate import Timeline
 
@@ -32,10 +33,10 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
     of more than 1,500 ops are painted as an image (fast)."""
     s = t.schedule
     if ax is None:
-        height = 0.45 * s.stages + 1.4 if s.stages <= 8 else 0.25 * s.stages + 1.4
-        fig = Figure(figsize=(10, height))
+        height = 0.45 * s.stages + 1.6 if s.stages <= 8 else 0.25 * s.stages + 1.6
+        fig = column_figure(height)
         ax = fig.subplots()
-        fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.5 / height, bottom=0.55 / height)
+        fig.subplots_adjust(left=0.08, right=0.99, top=1 - 0.6 / height, bottom=0.55 / height)
     top = max((max(r) for r in t.versions if r), default=0)
     base = version_colours(top + 1)
     shades = {k: op_colour(base, k) for k in SHADE}  # kind -> [version, rgb]
@@ -75,41 +76,47 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
     if labels:
         for d, ((a, b, colour), ops) in enumerate(zip(rows, s.ops, strict=True)):
             for op, x0, x1, c in zip(ops, a, b, colour, strict=True):
-                if x1 - x0 >= 0.025 * t.makespan:
+                if x1 - x0 >= 0.04 * t.makespan:
                     ax.text((x0 + x1) / 2, d, f"{op.kind}{op.microbatch}", ha="center",
-                            va="center", fontsize=6, color=text_colour(c))
+                            va="center", fontsize=SMALL_PT, color=text_colour(c))
     ax.set_facecolor(IDLE)
     ax.set_xlim(0, t.makespan)
     ax.set_ylim(s.stages - 0.5, -0.5)
     step = max(1, s.stages // 8)
     ax.set_yticks(range(0, s.stages, step), [f"D{d}" for d in range(0, s.stages, step)])
-    ax.set_xlabel("time (one forward through a stage = 1)")
-    ax.set_title(f"{s.name}: p = {s.stages}, m = {s.microbatches} — colour = weight version "
-                 f"read (0 … {top}); F full, B lighter, W darker; grey = idle",
-                 fontsize=8, loc="left")
+    ax.set_xlabel("time (one forward through a stage = 1)", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
+    ax.set_title(f"{s.name}: p = {s.stages}, m = {s.microbatches}; colour = weight version "
+                 f"read (0 … {top}).\nF full, B lighter, W darker; grey = idle",
+                 fontsize=SMALL_PT, loc="left")
     return ax.figure
 
 
-def losses(curves: dict, ax=None, title: str = "") -> Figure:
+def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figure:
     """Loss of the current weights after every step, one line per run (log scale)."""
     if ax is None:
-        fig = Figure(figsize=(6.5, 3.6), layout="constrained")
+        fig = column_figure(3.6, layout="constrained")
         ax = fig.subplots()
     colours = palette(len(curves))
     for (label, c), colour in zip(curves.items(), colours, strict=True):
-        ax.plot(c.losses, color=colour, label=f"{label} ({c.final:.3f})", linewidth=1.3)
+        ax.plot(c.losses, color=colour, label=label, linewidth=1.3)
     ax.set_yscale("log")
-    ax.set_xlabel("step (one microbatch)")
-    ax.set_ylabel("loss on a fixed batch")
-    ax.legend(fontsize=7, loc="upper right")
-    ax.set_title(title, fontsize=9, loc="left")
+    ax.set_xlabel("step (one microbatch)", fontsize=SMALL_PT)
+    ax.set_ylabel("loss on a fixed batch", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
+    if legend:
+        ax.legend(fontsize=SMALL_PT, loc="upper right")
+    ax.set_title(title, fontsize=TITLE_PT, loc="left")
     return ax.figure
 
 
 def curves_side_by_side(results: dict) -> Figure:
-    """One panel per learning rate of :func:`tpviz.asyncpipe.train`'s result."""
-    fig = Figure(figsize=(11, 3.8), layout="constrained")
-    axes = fig.subplots(1, len(results), sharey=True)
-    for ax, (lr, curves) in zip(np.atleast_1d(axes), results.items(), strict=True):
-        losses(curves, ax, f"learning rate {lr} (final: mean of the last tenth)")
+    """One panel per learning rate of :func:`tpviz.asyncpipe.stale.train`'s result, side by
+    side, and one legend below them."""
+    fig = column_figure(4.6, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(results), sharey=True))
+    for ax, (lr, curves) in zip(axes, results.items(), strict=True):
+        losses(curves, ax, f"learning rate {lr}", legend=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=SMALL_PT)
     return fig

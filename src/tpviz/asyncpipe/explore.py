@@ -7,7 +7,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from tpviz.asyncpipe.draw import gantt_versions, op_colour, version_colours
-from tpviz.core.figures import text_colour
+from tpviz.core.figures import SMALL_PT, text_colour
 from tpviz.core.live import Grid, LiveFigure
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.pipeline.explore import gantt_chart
@@ -25,8 +25,9 @@ def _timeline(name: str, stages: int, microbatches: int, split: bool):
 def summary(t) -> str:
     """The figures the explorer states in words, per stage."""
     return (f"{t.schedule.name}: bubble {t.bubble_fraction:.1%} · staleness per stage "
-            f"{list(t.staleness)} updates · weight copies {[f'{c:g}' for c in t.weight_copies]}"
-            f" (× a p-th of the model) · peak activations {list(t.peak_activations)}")
+            f"{list(t.staleness)} updates\nweight copies "
+            f"{[float(c) for c in t.weight_copies]} (× a p-th of the model) · peak "
+            f"activations {list(t.peak_activations)}")
 
 
 def render_zoo(name: str = "pipedream", stages: int = 4, microbatches: int = 8,
@@ -35,10 +36,10 @@ def render_zoo(name: str = "pipedream", stages: int = 4, microbatches: int = 8,
     t_F = 1 and a whole backward of 2."""
     t = _timeline(name, stages, microbatches, split)
     fig = gantt_versions(t, labels=sum(map(len, t.schedule.ops)) <= 64)
-    height = fig.get_figheight() + 0.3
+    height = fig.get_figheight() + 0.5
     fig.set_figheight(height)
-    fig.subplots_adjust(bottom=0.85 / height, top=1 - 0.5 / height)
-    fig.text(0.07, 0.01, summary(t), fontsize=8, va="bottom")
+    fig.subplots_adjust(bottom=1.05 / height, top=1 - 0.6 / height)
+    fig.text(0.01, 0.01, summary(t), fontsize=SMALL_PT, va="bottom")
     return fig
 
 
