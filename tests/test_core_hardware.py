@@ -123,3 +123,18 @@ def test_contract_names_and_bad_input():
         hw.tpu("TPU v5e", (16,)).price("all-sum", 1.0)
     with pytest.raises(ArgumentError, match="per_node"):
         hw.gpu_cluster("H100", 16).price("all-gather", 1.0, 16, per_node=3)
+
+
+def test_mesh2d_and_zero_give_the_same_fsdp_bytes():
+    from tpviz import mesh2d, zero
+
+    b, d, f, n = 64, 16, 32, 8
+    weights = 2 * d * f * 2  # W_in and W_out, bf16
+    p = mesh2d.plan(b, d, f, (n, 1), "bf16")
+    data_axis = sum(c.sent_bytes for c in p.collectives(True) if c.axes == ("data",))
+    assert p.fsdp == "reshard_after_forward=False"
+    kept = zero.fsdp_collectives(weights, n, reshard_after_forward=False)
+    assert data_axis == kept.sent_bytes() == 2 * 7 / 8 * weights  # 8·D·F bytes (N → ∞)
+    # ZeRO stage 3 gathers again for the backward pass: 12·D·F, one gather more, by name
+    assert zero.collectives(d * f * 2, n, 3).sent_bytes() == pytest.approx(
+        zero.fsdp_collectives(weights, n).sent_bytes()) == pytest.approx(3 * 7 / 8 * weights)

@@ -94,14 +94,19 @@ class GpuCluster:
         return math.ceil(self.gpus / per)
 
     def price(self, kind: str, nbytes: float, gpus: int | None = None,
-              per_node: int | None = None) -> Price:
+              per_node: int | None = None, algorithm: str = "hierarchical") -> Price:
         """The :class:`Price` of ``kind`` on V = ``nbytes`` over a group of ``gpus`` GPUs
-        (default: all), ``per_node`` of them in each node (default: packed, as many as fit)."""
+        (default: all), ``per_node`` of them in each node (default: packed, as many as fit).
+
+        ``algorithm="ring"``: NCCL's flat ring through all n GPUs instead of one ring per level
+        (its channels spread over the node's NICs): every byte of (n - 1)/n · V crosses the
+        slower of NVLink and the group's NICs, ``(n - 1)/n · V / min(W_nvlink, k·W_nic)``."""
         from tpviz.core import validate
         from tpviz.errors import ArgumentError
 
         s = self.system
         kind = kind_of(kind)
+        algorithm = validate.choice("algorithm", algorithm, ("hierarchical", "ring"))
         v = validate.number("nbytes", nbytes, minimum=0)
         n = validate.integer("gpus", self.gpus if gpus is None else gpus)
         node = s.gpus_per_node or n
@@ -126,6 +131,11 @@ class GpuCluster:
         elif kind == "all-reduce" and s.sharp:
             terms = {"NVLink": v / nvl if k > 1 else 0.0, nics: v / out if m > 1 else 0.0}
             steps = 2 * (k > 1) * s.nvlink_latency + 2 * (m > 1) * s.network_latency
+        elif algorithm == "ring" and m > 1:
+            twice = 2 if kind == "all-reduce" else 1
+            slow = min(nvl, out)
+            terms = {"NVLink" if slow == nvl else nics: twice * (n - 1) / n * v / slow}
+            steps = twice * ((n - m) * s.nvlink_latency + m * s.network_latency)
         else:
             twice = 2 if kind == "all-reduce" else 1
             terms = {"NVLink": twice * (k - 1) / k * v / nvl,

@@ -49,11 +49,11 @@ class Model:
     source: str = ""
 
     @property
-    def F(self) -> int:  # noqa: N802 - the book's symbol
+    def F(self) -> int:
         return self.ffn or 4 * self.hidden
 
     @property
-    def K(self) -> int:  # noqa: N802
+    def K(self) -> int:
         return self.kv_heads or self.heads
 
     @property
@@ -127,9 +127,10 @@ def _llama(name, layers, hidden, ffn, heads, vocab, seq, source, **kw) -> Model:
 
 
 MODELS = {m.name: m for m in (
-    # GPT-3 175B: L 96, D 12288, 96 heads, F = 4D, context 2048, GPT-2's 50,257 tokens, tied,
-    # learned positions, biases (brown2020gpt3, Table 2.1)
-    Model("GPT-3 175B", 96, 12288, 96, seq=2048, vocab=50257, batch=1536, source="brown2020gpt3"),
+    # GPT-3 175B: L 96, D 12288, 96 heads, F = 4D, context 2048, batch 1536 (brown2020gpt3,
+    # Table 2.1); GPT-2's 50,257 tokens padded to 51,200 as Megatron does (narayanan2021megatron);
+    # tied, learned positions, biases
+    Model("GPT-3 175B", 96, 12288, 96, seq=2048, vocab=51200, batch=1536, source="brown2020gpt3"),
     # LLaMA-2 70B: L 80, D 8192, F 28672, 64 heads, 8 KV heads, V 32000, s 4096 (touvron2023llama2)
     _llama("LLaMA-2 70B", 80, 8192, 28672, 64, 32000, 4096, "touvron2023llama2", batch=1024),
     # LLaMA-3: V 128256, 8 KV heads, s 8192; 8B L 32 D 4096 F 14336 H 32; 70B L 80 D 8192
