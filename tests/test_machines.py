@@ -3,7 +3,6 @@ the published constants (austin2025scaling, NVIDIA datasheets), not read from co
 
 import jax
 import jax.numpy as jnp
-import pytest
 from checking import fails, passes, stub
 from matplotlib.figure import Figure
 
@@ -77,11 +76,11 @@ def right_price(kind, v, sizes, wraps, link, hop, *, doubled=True, one_way=False
     n = 1
     for k in sizes:
         n *= k
-    hops = sum(k - 1 if (one_way or not w) else k // 2 for k, w in zip(sizes, wraps))
+    hops = sum(k - 1 if (one_way or not w) else k // 2 for k, w in zip(sizes, wraps, strict=True))
     if kind == "all-to-all":
         if switch:
             return hops * hop, (n - 1) / n / n * v / link
-        return hops * hop, sum(v / n * _s(k, w) / k for k, w in zip(sizes, wraps)) / link
+        return hops * hop, sum(v / n * _s(k, w) / k for k, w in zip(sizes, wraps, strict=True)) / link
     bw = sum((2 if w and doubled else 1) * link for w in wraps)
     twice = 2 if kind == "all-reduce" else 1
     return twice * hops * hop, twice * (n - 1) / n * v / bw
