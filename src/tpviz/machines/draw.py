@@ -6,7 +6,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from tpviz.core import hardware as hw
-from tpviz.core.figures import OKABE_ITO
+from tpviz.core.figures import OKABE_ITO, SMALL_PT, figure
 
 
 def roofline(chip: str = "TPU v5e", dtype: str = "bf16", batches=(16, 64, 240, 1024, 4096),
@@ -17,17 +17,17 @@ def roofline(chip: str = "TPU v5e", dtype: str = "bf16", batches=(16, 64, 240, 1
     peak, ridge = c.peak(dtype), c.ridge(dtype)
     size = 1 if dtype in ("int8", "fp8") else 2
     x = np.logspace(0, 4, 200)
-    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    fig = figure(3.6, layout="constrained")
     ax = fig.add_subplot()
     lg = np.log10
     ax.plot(lg(x), lg(np.minimum(peak, x * c.hbm_bandwidth)), color=OKABE_ITO[4], lw=2)
     ax.axvline(lg(ridge), color="grey", ls=":", lw=1)
-    ax.text(lg(ridge) + 0.05, lg(peak) - 1.5, f"ridge {ridge:,.0f} FLOPs/byte", fontsize=9)
+    ax.text(lg(ridge) + 0.05, lg(peak) - 1.5, f"ridge {ridge:,.0f} FLOPs/byte", fontsize=SMALL_PT)
     for i, b in enumerate(batches):
         r = hw.roofline(c.name, 2 * b * d * f, size * (b * d + d * f + b * f), dtype)
         ax.plot(lg(r.intensity), lg(r.flops / r.seconds), "o", color=OKABE_ITO[(i + 5) % 8])
         ax.annotate(f"B={b}\n{r.bound}", (lg(r.intensity), lg(r.flops / r.seconds)),
-                    fontsize=8, xytext=(4, -22), textcoords="offset points")
+                    fontsize=SMALL_PT, xytext=(4, -22), textcoords="offset points")
     _powers(ax.xaxis, range(0, 5), "")
     _powers(ax.yaxis, range(int(lg(peak)) - 3, int(lg(peak)) + 2), "")
     ax.set(xlabel="arithmetic intensity (FLOPs per HBM byte)", ylabel="attainable FLOP/s",
@@ -45,7 +45,7 @@ def torus(mesh_shape=(4, 4), wrap=(False, False), title: str = "") -> Figure:
     """Chips of a 2D slice with their ICI links; wraparound links drawn as arcs."""
     rows, cols = (*tuple(mesh_shape), 1)[:2]
     wraps = (*tuple(wrap), False)[:2]
-    fig = Figure(figsize=(0.55 * cols + 1.6, 0.55 * rows + 1.0), layout="constrained")
+    fig = figure(0.4 * rows + 1.2, 0.4 * cols + 1.6, layout="constrained")
     ax = fig.add_subplot()
     for r in range(rows):
         for c in range(cols):
@@ -75,7 +75,7 @@ def collective_curve(price, label: str = "", sizes=None, marked: float | None = 
     their sum, from ``price(nbytes)`` (a :class:`tpviz.core.hardware.Price` maker)."""
     sizes = np.logspace(2, 10, 60) if sizes is None else np.asarray(sizes)
     got = [price(v) for v in sizes]
-    fig = Figure(figsize=(6.4, 3.4), layout="constrained")
+    fig = figure(3.4, layout="constrained")
     ax = fig.add_subplot()
     lg = np.log10
     x = lg(sizes)
@@ -93,5 +93,5 @@ def collective_curve(price, label: str = "", sizes=None, marked: float | None = 
     _powers(ax.yaxis, range(int(np.floor(lo)) - 1, int(np.ceil(hi)) + 1), " s")
     ax.set(xlabel="V, bytes of the whole array", ylabel="seconds", ylim=(lo - 0.5, hi + 0.3),
            title=label)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=SMALL_PT, loc="upper left")
     return fig
