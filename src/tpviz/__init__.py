@@ -13,6 +13,7 @@ from tpviz import (
     errors,
     exercises,
     layouts,
+    machines,
     matmul,
     megatron,
     mesh2d,
@@ -25,6 +26,7 @@ from tpviz.autoshard import explore_autoshard
 from tpviz.collectives import explore_collectives
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
+from tpviz.machines import explore_network, explore_roofline
 from tpviz.matmul import explore_matmul
 from tpviz.megatron import explore_megatron
 from tpviz.mesh2d import explore_mesh2d
@@ -37,6 +39,7 @@ from tpviz.zero import explore_zero
 TOPICS = (
     "layouts",
     "collectives",
+    "machines",
     "matmul",
     "megatron",
     "zero",
@@ -52,4 +55,5 @@ __all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
            "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
            "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
            "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]
+__all__ += ["explore_network", "explore_roofline", "machines"]  # chapter 2
 __version__ = "0.2.0"

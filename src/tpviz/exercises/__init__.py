@@ -29,6 +29,16 @@ from tpviz.layouts.exercises import (
     check_rows_over_mesh,
     check_total,
 )
+from tpviz.machines.exercises import (
+    check_fast_gather,
+    check_hop_crossover,
+    check_matmul_ridge,
+    check_pod_design,
+    check_ring_all_to_all,
+    check_sharp,
+    check_torus_price,
+    check_wraparound,
+)
 from tpviz.matmul.exercises import (
     check_all_gather_bytes,
     check_cases,
@@ -155,3 +165,6 @@ __all__ = [
     "check_zero_memory",
     "checker",
 ]
+__all__ += ["check_fast_gather", "check_hop_crossover", "check_matmul_ridge",  # chapter 2
+            "check_pod_design", "check_ring_all_to_all", "check_sharp", "check_torus_price",
+            "check_wraparound"]
