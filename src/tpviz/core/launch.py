@@ -26,25 +26,35 @@ import time
 import traceback
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
-
 from tpviz.errors import ArgumentError, ArgumentTypeError, WorkerError, WorkerTimeout
 
 _context = None
 
 
-def _forkserver(module: str):
+def _forkserver(*modules: str):
     global _context
     if _context is None:
         _context = mp.get_context("forkserver")
         # DDP imports torch._dynamo on first use (seconds): import it once, in the server, with
         # the first worker's module (and what it imports: pipelining, FSDP2, DTensor)
-        _context.set_forkserver_preload([__name__, "torch._dynamo", module])
+        _context.set_forkserver_preload([__name__, "torch._dynamo", *modules])
     return _context
 
 
+def warm(*modules: str) -> None:
+    """Start the process server now, in the background, importing ``modules`` (the modules of
+    the workers to come): its imports then overlap with the caller's work instead of delaying
+    the first :func:`launch`. Does nothing once the server runs."""
+    from multiprocessing import forkserver
+
+    _forkserver(*modules)
+    forkserver.ensure_running()
+
+
 def _entry(worker, rank: int, world: int, store: str, args: tuple, out, timeout: float) -> None:
+    import torch  # here, not at the top: warm() starts the server before the caller imports torch
+    import torch.distributed as dist
+
     torch.set_num_threads(1)  # K processes share the cores
     try:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,

@@ -8,9 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import torch.distributed.pipelining as pp
-
-from tpviz.core.launch import launch
+from tpviz.core import launch as launcher
 from tpviz.core.verify import close, same
 from tpviz.pytorch import plan, run, shard
 
@@ -24,15 +22,18 @@ class Report:
     seconds: float = 0.0
 
 
-def _launch(worker, world, *args, timeout):
+def launch_timed(worker, world: int, *args, timeout: float):
+    """:func:`tpviz.core.launch.launch` (its server warmed with the topic's imports) and the
+    seconds it took, start-up included."""
+    launcher.warm(*plan.PRELOAD)  # once per session
     start = time.perf_counter()
-    out = launch(worker, world, *args, timeout=timeout)
+    out = launcher.launch(worker, world, *args, timeout=timeout)
     return out, time.perf_counter() - start
 
 
 def seed(split_size: int = 8, timeout: float = 120.0) -> Report:
     """The seed's ToyModel split over 2 processes and its ``split_size`` pipeline."""
-    ranks, seconds = _launch(run.seed_all, 2, split_size, timeout=timeout)
+    ranks, seconds = launch_timed(run.seed_all, 2, split_size, timeout=timeout)
     return judge_seed(ranks, seconds)
 
 
@@ -52,17 +53,10 @@ def judge_seed(ranks: list, seconds: float = 0.0) -> Report:
     return rep
 
 
-def available_schedules() -> tuple[tuple[str, int, str], ...]:
-    """(class, stages per rank, placement) of every schedule this torch has."""
-    return tuple((name, v, where) for name, (_, v, where) in plan.TORCH_SCHEDULES.items()
-                 if hasattr(pp, name))
-
-
 def schedules(world: int = 4, microbatches: int = 8, timeout: float = 180.0) -> Report:
-    """Every torch schedule on ``world`` processes: loss and gradients against one process;
-    torch's ``pipeline_order`` and the order its stages really ran against tpviz's."""
-    which = available_schedules()
-    ranks, seconds = _launch(run.pipelining, world, which, microbatches, timeout=timeout)
+    """Every schedule this torch has, on ``world`` processes: loss and gradients against one
+    process; torch's ``pipeline_order`` and the order its stages really ran against tpviz's."""
+    ranks, seconds = launch_timed(run.pipelining, world, None, microbatches, timeout=timeout)
     return judge_schedules(ranks, microbatches, seconds)
 
 
@@ -87,7 +81,7 @@ def judge_schedules(ranks: list, microbatches: int = 8, seconds: float = 0.0) ->
 def sharding(world: int = 4, timeout: float = 120.0) -> Report:
     """FSDP2 and DTensor on ``world`` processes: gradients and outputs against one process;
     the local shards' bytes and the collectives of a step against the plans."""
-    ranks, seconds = _launch(shard.sharding_all, world, timeout=timeout)
+    ranks, seconds = launch_timed(shard.sharding_all, world, timeout=timeout)
     return judge_sharding(ranks, seconds)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from tpviz.core.figures import palette, text_colour
 from tpviz.pipeline import draw as pipeline_draw
@@ -54,6 +54,7 @@ def comparison(c: Comparison, title: str | None = None) -> Figure:
     fig = Figure(figsize=(10, 0.62 * ranks + 0.9))
     ax = fig.subplots()
     colours = palette(max(op[1] for o in c.torch_ops + c.tpviz_ops for op in o) + 1)
+    boxes, faces, edges = [], [], []
     for r in range(ranks):
         for row, ops in ((0, c.torch_ops[r]), (1, c.tpviz_ops[r])):
             y = r * 2.6 + row * 1.1
@@ -61,12 +62,14 @@ def comparison(c: Comparison, title: str | None = None) -> Figure:
             for i, (kind, mb, chunk) in enumerate(ops):
                 face = _shade(colours[mb], kind)
                 differs = i >= len(other) or tuple(other[i]) != (kind, mb, chunk)
-                ax.add_patch(Rectangle((i, y), 0.92, 0.9, facecolor=face,
-                                       edgecolor="red" if differs else "white",
-                                       linewidth=1.6 if differs else 0.4))
+                boxes.append([(i, y), (i + 0.92, y), (i + 0.92, y + 0.9), (i, y + 0.9)])
+                faces.append(face)
+                edges.append("red" if differs else "white")
                 if width <= 64:
                     ax.text(i + 0.46, y + 0.45, f"{kind}{mb}\n{chunk}", ha="center",
                             va="center", fontsize=5.5, color=text_colour(face))
+    ax.add_collection(PolyCollection(boxes, facecolors=faces, edgecolors=edges,
+                                     linewidths=[1.6 if e == "red" else 0.4 for e in edges]))
     ax.set_xlim(0, width)
     ax.set_ylim(ranks * 2.6 - 0.5, -0.2)
     ax.set_yticks([r * 2.6 + k * 1.1 + 0.45 for r in range(ranks) for k in (0, 1)],

@@ -32,6 +32,9 @@ TORCH_SCHEDULES = {
 # where a tpviz name is missing, the nearest tpviz schedule, and what differs from it
 NEAREST = {"looped-bfs": "interleaved", "interleaved-zb": "interleaved", "zb-v": "zb-h1",
            "dualpipev": "zb-h1"}
+#: what the process server imports once (tpviz.core.launch.warm), so that no worker does
+PRELOAD = ("tpviz.pytorch.check", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
+           "torch.distributed.tensor.debug", "torch.distributed.pipelining")
 _ACTION = re.compile(r"^(\d+)(F|I|W|B)(\d+)$")
 
 

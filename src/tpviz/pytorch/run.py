@@ -19,7 +19,6 @@ import warnings
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.pipelining as pp
 from torch import nn
 
 WIDTH, LAYERS, BATCH = 16, 8, 16  # the pipelining MLP: 8 Linear + Tanh pieces
@@ -165,13 +164,19 @@ def stage_indices(rank: int, world: int, per_rank: int, placement: str) -> list[
     return [rank + k * world for k in range(per_rank)]
 
 
-def pipelining(rank: int, world: int, schedules: tuple, microbatches: int = 8, seed: int = 0,
-               bounds: tuple | None = None) -> dict:
+def pipelining(rank: int, world: int, schedules: tuple | None = None, microbatches: int = 8,
+               seed: int = 0, bounds: tuple | None = None) -> dict:
     """Run one training step of the MLP under each ``(class name, stages per rank, placement)``
     in ``schedules``. ``bounds`` (optional): the layers of each stage, ``((start, stop), ...)``;
     by default the layers are spread evenly. Per schedule: the loss (last rank), this rank's
     gradients (names as in :func:`mlp`), torch's ``pipeline_order`` (strings) and the ops the
-    stages ran, in order."""
+    stages ran, in order. ``schedules=None``: every schedule this torch has."""
+    import torch.distributed.pipelining as pp  # here: the launching process need not import it
+
+    from tpviz.pytorch.plan import TORCH_SCHEDULES
+    if schedules is None:
+        schedules = tuple((name, v, where) for name, (_, v, where) in TORCH_SCHEDULES.items()
+                          if hasattr(pp, name))
     out = {}
     for name, per_rank, placement in schedules:
         net = mlp(seed)

@@ -12,16 +12,9 @@ import warnings
 import numpy as np
 import torch
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import Shard
-from torch.distributed.tensor.debug import CommDebugMode
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    RowwiseParallel,
-    SequenceParallel,
-    parallelize_module,
-)
+
+# FSDP2 and DTensor are imported inside the workers: the launching process (a notebook's
+# kernel) then imports only torch, and the process server imports them once (plan.PRELOAD)
 
 # what CommDebugMode calls each collective -> the Collective kind of tpviz.core.collectives
 KINDS = {"_allgather_base_": "all-gather", "allgather_": "all-gather",
@@ -30,7 +23,7 @@ KINDS = {"_allgather_base_": "all-gather", "allgather_": "all-gather",
          "allreduce_": "all-reduce", "all_reduce": "all-reduce"}
 
 
-def counts(mode: CommDebugMode) -> dict[str, int]:
+def counts(mode) -> dict[str, int]:
     """CommDebugMode's counts by tpviz's names ('all-gather', 'reduce-scatter', 'all-reduce')."""
     out: dict[str, int] = {}
     for op, n in mode.get_comm_counts().items():
@@ -67,6 +60,10 @@ def fsdp(rank: int, world: int, reshard: tuple = (True, False), seed: int = 0,
     ``size / world`` examples. Per ``reshard_after_forward``: the bytes of this rank's local
     parameter shards, the collectives of one step, the loss and the full gradients (gathered
     from the shards)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.debug import CommDebugMode
+
     mesh = init_device_mesh("cpu", (world,))
     out = {}
     for raf in reshard:
@@ -112,12 +109,19 @@ def tp_reference(seed: int = 0) -> dict:
             "grads": {n: p.grad.numpy() for n, p in net.named_parameters()}}
 
 
-MEGATRON_PLAN = {"0": ColwiseParallel(), "2": RowwiseParallel()}  # Y = GELU(X A) B
+def megatron_plan() -> dict:
+    """Column-parallel ``up``, row-parallel ``down``: Y = GELU(X W_1) W_2 (chapter 4)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {"0": ColwiseParallel(), "2": RowwiseParallel()}
 
 
 def sequence_parallel_plan() -> dict:
     """The sequence-parallel variant: tokens sharded outside the MLP (``Shard(1)``); the
     entry all-gathers them, the exit reduce-scatters instead of all-reducing."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
     return {"0": ColwiseParallel(input_layouts=Shard(1)),
             "2": RowwiseParallel(output_layouts=Shard(1))}
 
@@ -127,6 +131,10 @@ def tensor_parallel(rank: int, world: int, plans: dict, seed: int = 0) -> dict:
     output, the gradients (whole, gathered) and the collectives CommDebugMode counts in the
     forward and in the backward. A plan whose first style expects ``Shard(1)`` inputs gets
     this rank's tokens and its output's shards are gathered back."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import parallelize_module
+
     mesh = init_device_mesh("cpu", (world,))
     out = {}
     for name, plan in plans.items():
@@ -151,6 +159,9 @@ def tensor_parallel(rank: int, world: int, plans: dict, seed: int = 0) -> dict:
 
 
 def _sharded_input(plan: dict) -> bool:
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import SequenceParallel
+
     first = plan.get("0")
     layouts = getattr(first, "input_layouts", None)
     return any(isinstance(p, Shard) for p in (layouts or ())) or isinstance(first,
@@ -164,5 +175,5 @@ def gather_tokens(parts: list[np.ndarray]) -> np.ndarray:
 
 def sharding_all(rank: int, world: int, plans: dict | None = None) -> dict:
     """FSDP2 (both ``reshard_after_forward``) and the DTensor plans in one launch."""
-    plans = plans or {"megatron": MEGATRON_PLAN, "sequence parallel": sequence_parallel_plan()}
+    plans = plans or {"megatron": megatron_plan(), "sequence parallel": sequence_parallel_plan()}
     return {"fsdp": fsdp(rank, world), "tp": tensor_parallel(rank, world, plans)}

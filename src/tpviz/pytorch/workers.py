@@ -43,8 +43,7 @@ def _judge_ddp(ranks: list) -> check.Report:
 WORKERS = {  # name -> (worker(rank, world), judge(results by rank), world it needs or None)
     "ddp": (_ddp, _judge_ddp, None),
     "seed": (run.seed_all, check.judge_seed, 2),
-    "schedules": (lambda r, w: run.pipelining(r, w, check.available_schedules()),
-                  check.judge_schedules, 4),
+    "schedules": (run.pipelining, check.judge_schedules, 4),
     "sharding": (shard.sharding_all, check.judge_sharding, None),
 }
 
