@@ -107,3 +107,84 @@ def test_workers_refuses_to_run_outside_a_launcher():
     done = subprocess.run([sys.executable, "-m", "tpviz.pytorch.workers", "ddp"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "torchrun --nproc-per-node" in done.stderr
+
+
+# ---- the chapter's checkers: the solution passes, wrong answers fail with words -------------
+
+def test_check_fsdp_bytes(capsys):
+    from checking import fails, passes
+    from tpviz.exercises import check_fsdp_bytes
+    passes(check_fsdp_bytes, 4 * (64 * 64 + 64) * 2 / 8, capsys=capsys)
+    fails(check_fsdp_bytes, 4 * 64 * 64 * 2 / 8, words="biases")
+    fails(check_fsdp_bytes, 4 * (64 * 64 + 64) * 2, words="whole model")
+    fails(check_fsdp_bytes, 4 * (64 * 64 + 64) * 4 / 8, words="bf16")
+
+
+def test_check_jax_to_torch(capsys):
+    from checking import fails, passes
+    from tpviz.exercises import check_jax_to_torch
+    right = {"make_mesh": "init_device_mesh", "P('x', None)": "Shard(0)",
+             "P()": "Replicate()", "an unreduced sum": "Partial()", "psum": "all_reduce"}
+    passes(check_jax_to_torch, right, capsys=capsys)
+    fails(check_jax_to_torch, {**right, "P()": "Shard(0)"}, words="one entry")
+    fails(check_jax_to_torch, {**right, "P('x', None)": "Replicate()", "P()": "Shard(0)"},
+          words="2 of the 5")
+    fails(check_jax_to_torch, {"make_mesh": "init_device_mesh"}, words="no answer")
+
+
+def test_check_fsdp_collectives(capsys):
+    from checking import fails, passes
+    from tpviz.exercises import check_fsdp_collectives
+    passes(check_fsdp_collectives, {True: {"all-gather": 10, "reduce-scatter": 5},
+                                    False: {"all-gather": 5, "reduce-scatter": 5}},
+           capsys=capsys)
+    fails(check_fsdp_collectives, {True: {"all-gather": 10, "reduce-scatter": 5},
+                                   False: {"all-gather": 10, "reduce-scatter": 5}},
+          words="False: 10 all-gathers")
+    fails(check_fsdp_collectives, {True: {"all-gather": 12, "reduce-scatter": 6},
+                                   False: {"all-gather": 6, "reduce-scatter": 6}},
+          words="reduce-scatters")  # counted the root as a unit
+
+
+def test_check_tp_plan_runs_the_plan_and_counts_its_collectives(capsys):
+    from checking import fails, passes
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from tpviz.exercises import check_tp_plan
+    passes(check_tp_plan, {"0": ColwiseParallel(), "2": RowwiseParallel()}, capsys=capsys)
+    fails(check_tp_plan, {"0": ColwiseParallel(), "2": ColwiseParallel()}, words="fails on")
+    fails(check_tp_plan, {"0": RowwiseParallel(), "2": ColwiseParallel()}, words="fails on")
+    fails(check_tp_plan, {"0": ColwiseParallel()}, words="fails on")
+    # right values, one all-gather too many: the hidden activation gathered whole
+    fails(check_tp_plan, {"0": ColwiseParallel(output_layouts=Replicate(),
+                                               use_local_output=False),
+                          "2": RowwiseParallel()}, words="right values")
+
+
+def test_check_pipeline_split(capsys):
+    from checking import fails, passes
+    from tpviz.exercises import check_pipeline_split
+    even = [(0, 2), (2, 4), (4, 6), (6, 8)]
+    passes(check_pipeline_split, {"bounds": even, "schedule": "Schedule1F1B",
+                                  "microbatches": 16}, capsys=capsys)
+    fails(check_pipeline_split, {"bounds": even, "schedule": "ScheduleGPipe",
+                                 "microbatches": 4}, words="idles 43%")  # 3 / 7
+    fails(check_pipeline_split, {"bounds": [(0, 5), (5, 6), (6, 7), (7, 8)],
+                                 "schedule": "Schedule1F1B", "microbatches": 16},
+          words="idles")  # uneven stages
+    fails(check_pipeline_split, {"bounds": [(0, 2), (2, 4), (4, 6), (5, 8)],
+                                 "schedule": "Schedule1F1B", "microbatches": 16},
+          words="no gap or overlap")
+    fails(check_pipeline_split, {"bounds": even, "schedule": "ScheduleInterleaved1F1B",
+                                 "microbatches": 8}, words="runs 8 stages")
+
+
+def test_check_schedule_design(capsys):
+    from checking import fails, passes
+    from tpviz.exercises import check_schedule_design
+    passes(check_schedule_design, ("Schedule1F1B", 32), capsys=capsys)
+    passes(check_schedule_design, ("ScheduleInterleaved1F1B", 16), capsys=capsys)
+    fails(check_schedule_design, ("ScheduleGPipe", 32), words="holds 32")
+    fails(check_schedule_design, ("Schedule1F1B", 16), words="above 10")  # 3 / 19
+    fails(check_schedule_design, ("Schedule1F1B", 12), words="do not split")
