@@ -9,7 +9,7 @@ import statistics
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
-from tpviz.core.figures import palette, text_colour
+from tpviz.core.figures import SMALL_PT, figure, palette, text_colour
 from tpviz.pipeline import draw as pipeline_draw
 from tpviz.pipeline.plan import Op, Schedule
 from tpviz.pipeline.simulate import Timeline
@@ -47,14 +47,15 @@ def gantt(spans: list[list[tuple]], title: str | None = None) -> Figure:
 
 def comparison(c: Comparison, title: str | None = None) -> Figure:
     """Each rank's ops in order: torch's row above tpviz's; a red frame where they differ.
-    Colour = microbatch; F full, B lighter, W darker; the label is ``kind`` and microbatch,
-    the chunk below."""
+    Colour = microbatch; F full, B lighter, W darker; a rank's second chunk hatched; short
+    orders (at most 24 ops a row) labelled with kind and microbatch."""
     ranks = len(c.torch_ops)
     width = max(len(o) for o in (*c.torch_ops, *c.tpviz_ops))
-    fig = Figure(figsize=(10, 0.62 * ranks + 0.9))
+    fig = figure(0.62 * ranks + 1.1)
     ax = fig.subplots()
     colours = palette(max(op[1] for o in c.torch_ops + c.tpviz_ops for op in o) + 1)
-    boxes, faces, edges = [], [], []
+    boxes, faces, edges, hatched = [], [], [], []
+    first_chunk = [min(op[2] for op in ops) for ops in c.torch_ops]
     for r in range(ranks):
         for row, ops in ((0, c.torch_ops[r]), (1, c.tpviz_ops[r])):
             y = r * 2.6 + row * 1.1
@@ -65,20 +66,27 @@ def comparison(c: Comparison, title: str | None = None) -> Figure:
                 boxes.append([(i, y), (i + 0.92, y), (i + 0.92, y + 0.9), (i, y + 0.9)])
                 faces.append(face)
                 edges.append("red" if differs else "white")
-                if width <= 64:
-                    ax.text(i + 0.46, y + 0.45, f"{kind}{mb}\n{chunk}", ha="center",
-                            va="center", fontsize=5.5, color=text_colour(face))
+                if chunk != first_chunk[r]:
+                    hatched.append(boxes[-1])
+                if width <= 24:
+                    ax.text(i + 0.46, y + 0.45, f"{kind}{mb}", ha="center", va="center",
+                            fontsize=SMALL_PT, color=text_colour(face))
     ax.add_collection(PolyCollection(boxes, facecolors=faces, edgecolors=edges,
                                      linewidths=[1.6 if e == "red" else 0.4 for e in edges]))
+    ax.add_collection(PolyCollection(hatched, facecolors="none", edgecolors="none",
+                                     hatch="////"))
     ax.set_xlim(0, width)
     ax.set_ylim(ranks * 2.6 - 0.5, -0.2)
     ax.set_yticks([r * 2.6 + k * 1.1 + 0.45 for r in range(ranks) for k in (0, 1)],
                   [f"rank {r} {w}" for r in range(ranks) for w in ("torch", "tpviz")],
-                  fontsize=8)
-    ax.set_xlabel("position in the rank's order")
-    ax.set_title(title or f"{c.torch_name} (torch) against tpviz's {c.tpviz_name!r}: "
-                 f"{'identical' if c.equal else 'red frames differ'}", fontsize=9, loc="left")
-    fig.subplots_adjust(left=0.1, right=0.99, top=0.9, bottom=0.12)
+                  fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
+    ax.set_xlabel("position in the rank's order (hatched: the rank's second chunk)",
+                  fontsize=SMALL_PT)
+    ax.set_title(title or f"{c.torch_name} against tpviz's {c.tpviz_name!r}: "
+                 f"{'identical' if c.equal else 'red frames differ'}", fontsize=SMALL_PT,
+                 loc="left")
+    fig.subplots_adjust(left=0.2, right=0.99, top=0.9, bottom=0.16)
     return fig
 
 
