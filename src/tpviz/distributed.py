@@ -73,6 +73,7 @@ def requested(processes=None, process_id=None, coordinator=None) -> Launch | Non
         raise DeviceSetupError(f"setup_devices: processes={processes} needs process_id, this "
                                f"process's number from 0 to {processes - 1}. {fix}")
     process_id = _int("process_id", process_id, 0, processes - 1, fix)
+    _address(coordinator or LOOPBACK)  # "host:port", or a clear error now
     return Launch(coordinator or LOOPBACK, processes, process_id, source)
 
 

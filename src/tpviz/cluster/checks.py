@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tpviz.cluster import compare
-from tpviz.cluster.launch import NOISE, Launch, environment, free_port
+from tpviz.cluster.launch import Launch, environment, free_port, noise
 
 TOPICS = ("layouts", "collectives", "matmul", "megatron", "zero", "mesh2d", "pipeline", "moe",
           "together", "autoshard")
@@ -127,7 +127,7 @@ def run_checks(processes: int = 2, devices_per_process: int = 4, topics=TOPICS,
         shown = ("one process", f"process 0 of {processes}")
 
         def on_line(process, line):
-            if progress and not line.startswith(NOISE) and process.name in shown:
+            if progress and not noise(line) and process.name in shown:
                 progress(f"  {process.name:16s} {line}")
 
         start = time.perf_counter()

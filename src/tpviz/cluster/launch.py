@@ -26,6 +26,11 @@ from tpviz.errors import WorkerError, WorkerTimeout
 NOISE = ("W0000", "I0000", "E0000", "[Gloo]", "WARNING: All log messages before absl")
 
 
+def noise(line: str) -> bool:
+    """A routine log line of JAX or gloo (gloo's may come interleaved with another)."""
+    return line.lstrip().startswith(NOISE) or "connected peer ranks" in line
+
+
 def free_port() -> int:
     """A TCP port nobody listens on now (the operating system's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -59,7 +64,7 @@ class Process:
             text = self.log.read_text(errors="replace").splitlines()
         except OSError:
             return ""
-        kept = [t for t in text if t.strip() and not t.startswith(NOISE)
+        kept = [t for t in text if t.strip() and not noise(t)
                 and not t.lstrip().startswith("@ ")]
         return "\n".join(kept[-lines:])
 

@@ -6,7 +6,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tpviz.cluster.launch import Launch, environment, free_port
+from tpviz.cluster.launch import Launch, environment, free_port, noise
 
 
 def run_script(script: str, args=(), processes: int = 2, timeout: float = 600.0,
@@ -24,4 +24,8 @@ def run_script(script: str, args=(), processes: int = 2, timeout: float = 600.0,
         for i in range(processes):
             run.start(f"process {i} of {processes}", [sys.executable, script, *args],
                       environment(processes, i, coordinator))
-        run.watch(timeout, lambda p, line: out(f"[{p.name.split(' of ')[0]}] {line}"))
+        def show(process, line):
+            if not noise(line):  # gloo's connection notes
+                out(f"[{process.name.split(' of ')[0]}] {line}")
+
+        run.watch(timeout, show)

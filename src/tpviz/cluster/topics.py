@@ -112,7 +112,7 @@ def zero() -> dict:
 
 
 def mesh2d() -> dict:
-    """Chapter 6: the 2D MLP on every (data, model) mesh of 8 devices."""
+    """Chapter 6: the 2D MLP on the chapter's 4 x 2 (data, model) mesh and on 8 x 1."""
     from tpviz import mesh2d as topic
 
     rng = np.random.default_rng(0)
@@ -122,16 +122,14 @@ def mesh2d() -> dict:
     w2 = rng.standard_normal((h2, h1), dtype=np.float32) / 6
     dy = rng.standard_normal((b, h1), dtype=np.float32)
     return {f"{d} x {m}": topic.check(make_mesh((d, m), ("data", "model")), x, w1, w2, dy)
-            for d, m in ((4, 2), (8, 1), (2, 4), (1, 8))}
+            for d, m in ((4, 2), (8, 1))}
 
 
 def pipeline() -> dict:
-    """Chapter 7: GPipe and 1F1B as one SPMD program on 4 stages, and 1F1B with 5 slots."""
+    """Chapter 7: GPipe and 1F1B as one SPMD program on 4 stages of 8 microbatches."""
     from tpviz import pipeline as topic
 
-    out = {name: topic.spmd_check(name, 4, 8) for name in ("gpipe", "1f1b")}
-    out["1f1b, 5 slots"] = topic.spmd_check("1f1b", 4, 8, slots=5)
-    return out
+    return {name: topic.spmd_check(name, 4, 8) for name in ("gpipe", "1f1b")}
 
 
 def moe() -> dict:
@@ -142,11 +140,12 @@ def moe() -> dict:
 
 
 def together() -> dict:
-    """Chapter 11: one training step on a (data, pipeline, tensor) = 2 x 2 x 2 mesh."""
+    """Chapter 11: one training step on a (data, pipeline, tensor) = 2 x 2 x 2 mesh (2 layers,
+    one per stage, to keep the unrolled program small; the chapter's has 4)."""
     from tpviz.together.check import check_run
     from tpviz.together.run import AXES, Config
 
-    return {"3D step": check_run(make_mesh((2, 2, 2), AXES), Config())}
+    return {"3D step": check_run(make_mesh((2, 2, 2), AXES), Config(layers=2))}
 
 
 def autoshard() -> dict:
