@@ -39,8 +39,9 @@ def free_port() -> int:
 def test_every_topic_equal_across_two_processes():
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "tpviz.cluster", "--processes", "2",
-                           "--devices-per-process", "4"], capture_output=True, text=True,
-                          timeout=900, env=launch.environment())
+                           "--devices-per-process", "4", "--timeout", "1500"],
+                          capture_output=True, text=True, timeout=1600,
+                          env=launch.environment())
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     for topic in TOPICS:

@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="emulated CPU devices in each process (default 4)")
     parser.add_argument("--topics", type=_topics, default=TOPICS,
                         help=f"comma-separated, default all: {','.join(TOPICS)}")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds before every process is stopped (default 600)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds before every process is stopped (default 900)")
     parser.add_argument("--script", help="run this Python script in every process instead")
     args, rest = parser.parse_known_args(argv)
     if rest and not args.script:

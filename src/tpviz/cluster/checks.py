@@ -100,7 +100,7 @@ def judge(topic: str, one: Path, many: list[Path]) -> Verdict:
 
 
 def run_checks(processes: int = 2, devices_per_process: int = 4, topics=TOPICS,
-               timeout: float = 600.0, progress=None) -> list[Verdict]:
+               timeout: float = 900.0, progress=None) -> list[Verdict]:
     """Run ``topics`` in one process and across ``processes`` (each of ``devices_per_process``
     CPU devices) at the same time, on loopback, and judge each topic.
 

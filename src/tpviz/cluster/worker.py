@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"{topic}.json").write_text(json.dumps(
             {"digest": record, "error": error, "seconds": seconds,
              "cpu_seconds": time.process_time() - cpu}))
-        print(f"{'failed' if error else 'done'} {topic} {seconds:.1f}", flush=True)
+        print(f"{'failed' if error else 'done'} {topic}: {seconds:.1f} s, "
+              f"{time.process_time() - cpu:.1f} s of CPU", flush=True)
     return 1 if failed else 0
 
 
