@@ -30,7 +30,6 @@ from pathlib import Path
 from tpviz.errors import MarkerError
 from tpviz.grading.student import BEGIN, END
 
-
 SCHEMA_VERSION = 3
 POINTS = {"easy": 1, "medium": 2, "hard": 3, "design": 3, "build": 3}
 DEFAULT_POINTS = 1  # a prompt that names no difficulty
