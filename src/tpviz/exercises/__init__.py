@@ -32,6 +32,7 @@ from tpviz.layouts.exercises import (
 from tpviz.matmul.exercises import (
     check_all_gather_bytes,
     check_cases,
+    check_fsdp_matmul,
     check_column_parallel,
     check_latency_crossover,
     check_matmul_design,
@@ -117,6 +118,7 @@ __all__ = [
     "check_edge_bytes",
     "check_edge_constraints",
     "check_fewest_devices",
+    "check_fsdp_matmul",
     "check_final_reduce_scatter",
     "check_first_stage",
     "check_fit_layout",
