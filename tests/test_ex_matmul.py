@@ -17,7 +17,6 @@ def _gather_w(x, w):
 
 
 def test_fsdp_matmul(capsys, monkeypatch):
-    monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
     passes(ex.check_fsdp_matmul, _gather_w, capsys=capsys)
 
     def gather_both(x, w):  # right values; gathers In as well (an extra all-gather)
@@ -37,6 +36,8 @@ def test_fsdp_matmul(capsys, monkeypatch):
     fails(ex.check_fsdp_matmul, lambda x, w: x @ jax.lax.all_gather(w, "X", axis=1, tiled=True),
           words="raised")  # gathered along the wrong axis
     fails(ex.check_fsdp_matmul, lambda x, w: x[:, :4] @ w, words="wrong values")
+
+    monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
 
     def endless(x, w):
         while True:

@@ -2,18 +2,12 @@
 collective, more bytes than the plan, the wrong axis, a raise, an endless loop) fail by name."""
 
 import jax
-import pytest
 from checking import fails, passes
 
 import tpviz
 from tpviz.core import exercises as framework
 
 ex = tpviz.exercises
-
-
-@pytest.fixture
-def short_time_limit(monkeypatch):
-    monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
 
 
 def _conjugates(g_backward):
@@ -59,7 +53,7 @@ def _sp(gather_axis=0, reduce="scatter"):
     return sp_mlp
 
 
-def test_sequence_parallel(capsys, short_time_limit):
+def test_sequence_parallel(capsys, monkeypatch):
     passes(ex.check_sequence_parallel, _sp(), capsys=capsys)
     fails(ex.check_sequence_parallel, _sp(reduce="all-reduce"),
           words="right values, but .* all-reduce sends twice the bytes")
@@ -72,6 +66,8 @@ def test_sequence_parallel(capsys, short_time_limit):
     fails(ex.check_sequence_parallel, _sp(gather_axis=1), words="raised")  # the wrong axis
     fails(ex.check_sequence_parallel, lambda x, w1, w2: jax.nn.gelu(x @ w1) @ w2,
           words="wrong values")  # no collective: one device's partial sums
+
+    monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
 
     def endless(x, w1, w2):
         while True:

@@ -52,6 +52,7 @@ from tpviz.mesh2d.exercises import (
     check_compute_bound_batch,
     check_final_reduce_scatter,
     check_mesh_design,
+    check_mlp2d,
     check_step_shardings,
     check_weights_held,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "check_matmul_design",
     "check_mesh_design",
     "check_microbatches",
+    "check_mlp2d",
     "check_one_f_one_b",
     "check_pipeline_design",
     "check_reduce_scatter",
