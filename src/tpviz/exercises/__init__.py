@@ -86,6 +86,7 @@ from tpviz.zero.exercises import (
     check_grad_reduce_scatter,
     check_stage3_bytes,
     check_stage3_ratio,
+    check_zero1_step,
     check_zero_design,
     check_zero_memory,
 )
@@ -157,6 +158,7 @@ __all__ = [
     "check_weight_bytes",
     "check_weight_versions",
     "check_weights_held",
+    "check_zero1_step",
     "check_zero_design",
     "check_zero_memory",
     "checker",
