@@ -15,6 +15,7 @@ from tpviz.autoshard.exercises import (
 from tpviz.collectives.exercises import (
     check_bucket_size,
     check_crossover,
+    check_dp_gradients,
     check_ring_bytes,
     check_ring_reduce_scatter,
     check_same_as_big_batch,
@@ -116,6 +117,7 @@ __all__ = [
     "check_crossover",
     "check_design",
     "check_dispatch",
+    "check_dp_gradients",
     "check_dropped",
     "check_edge_bytes",
     "check_edge_constraints",
