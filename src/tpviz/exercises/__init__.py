@@ -25,6 +25,7 @@ from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
 from tpviz.layouts.exercises import (
     check_block_notation,
     check_bytes_per_device,
+    check_explicit_reshard,
     check_fit_layout,
     check_holders,
     check_rows_over_mesh,
@@ -121,6 +122,7 @@ __all__ = [
     "check_dropped",
     "check_edge_bytes",
     "check_edge_constraints",
+    "check_explicit_reshard",
     "check_fewest_devices",
     "check_final_reduce_scatter",
     "check_first_stage",
