@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from checking import fails, passes
+from jax.sharding import PartitionSpec as P
 
 import tpviz
 from tpviz.core import exercises as framework
@@ -49,3 +50,32 @@ def test_fsdp_matmul(capsys, monkeypatch):
 @pytest.mark.parametrize("layouts", [("In[B_Y, D]", "W1[D_Y, F]"), ("In[B_X, D_Y]", "W1[D, F_Y]")])
 def test_cases_e_and_f_are_case_2(layouts):
     assert tpviz.matmul.exercises._case(*layouts) == 2
+
+
+def _sm(body, in_specs, out_specs):
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    return jax.shard_map(body, mesh=mesh8, in_specs=in_specs, out_specs=out_specs)
+
+
+def _xw():
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    return (rng.standard_normal((16, 32), dtype=np.float32),
+            rng.standard_normal((32, 64), dtype=np.float32))
+
+
+def test_column_parallel_third_wrong_implementation():
+    x, w = _xw()
+    # right values, then gathers the columns of Out back: an all-gather the layout never needed
+    gathered_out = _sm(lambda a, b: tpviz.compat.all_gather_invariant(a @ b, "X", axis=1,
+                                                                      tiled=True),
+                       (P(), P(None, "X")), P())
+    fails(ex.check_column_parallel, gathered_out, x, w, words="all-gather")
+
+
+def test_reduce_scatter_third_wrong_implementation():
+    x, w = _xw()
+    rows = _sm(lambda a, b: jax.lax.psum_scatter(a @ b, "X", scatter_dimension=0, tiled=True),
+               (P(None, "X"), P("X", None)), P("X", None))  # scattered along the wrong axis
+    fails(ex.check_reduce_scatter, rows, x, w, words="laid out|shape|wrong values")
