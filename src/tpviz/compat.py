@@ -54,6 +54,23 @@ def pvary(x, axis_name):
     return jax.lax.pvary(x, axis_name)
 
 
+def jax_make_mesh_axis_types(n: int = 1) -> tuple:
+    """The axis types a learner's own ``jax.make_mesh`` call gives by default in this JAX: Auto
+    up to 0.8 (0.7.2 on Colab), Explicit from 0.9 on. ``tpviz.make_mesh`` always defaults to
+    Auto; read from a one-device mesh rather than from the version number."""
+    one = jax.make_mesh((1,), ("a",), devices=jax.devices()[:1])
+    return tuple(one.axis_types) * n
+
+
+def mesh_context(mesh):
+    """``with mesh_context(mesh):`` makes ``mesh`` the current mesh, so that a bare
+    ``PartitionSpec`` names its axes (``jax.sharding.reshard(x, P(...))``). JAX 0.7.2 to the
+    newest: ``jax.set_mesh``; older spellings: ``jax.sharding.use_mesh``."""
+    if hasattr(jax, "set_mesh"):
+        return jax.set_mesh(mesh)
+    return jax.sharding.use_mesh(mesh)
+
+
 def varying_axes(x) -> frozenset[str]:
     """The mesh axes over which ``x`` *varies* (its value may differ between devices), read
     from its type inside ``shard_map`` with ``check_vma=True``; empty for an invariant value.
