@@ -48,6 +48,7 @@ def test_every_topic_equal_across_two_processes():
         (line,) = [t for t in lines if t.split()[0] == topic]
         assert line.split()[1] == "equal", line
     assert len(lines) == len(TOPICS)
+    print(done.stderr[-4000:], done.stdout, sep="\n")  # progress and per-topic times (-s)
     print(f"all {len(TOPICS)} topics in {time.perf_counter() - started:.0f} s")
 
 
