@@ -248,3 +248,15 @@ def test_setup_devices_twice_across_processes():
     assert "tpviz: process 0 of 1; using 4 CPU devices" in done.stdout, done.stderr[-2000:]
     assert "first: 4" in done.stdout
     assert "ERROR: setup_devices was already called in this process" in done.stdout
+
+
+def test_auto_without_a_cluster():
+    done = python("""
+        import tpviz
+        try:
+            tpviz.setup_devices(8, processes="auto")
+        except tpviz.errors.DeviceSetupError as e:
+            print("ERROR:", e)
+    """)
+    assert "ERROR: setup_devices (from JAX's cluster detection (processes='auto')): JAX found " \
+           "no cluster to join" in done.stdout, done.stderr[-2000:]

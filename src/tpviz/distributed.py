@@ -245,6 +245,11 @@ def initialize(launch: Launch, devices: int, cpu: bool, timeout: float) -> None:
         compat.use_gloo()
         if launch.processes is not None:
             compat.ask_for_cpu_devices(devices // launch.processes)
-    compat.start_distributed(launch.coordinator, launch.processes, launch.process_id,
-                             max(1, int(timeout)))
+    try:
+        compat.start_distributed(launch.coordinator, launch.processes, launch.process_id,
+                                 max(1, int(timeout)))
+    except ValueError as e:  # "auto" where JAX's detection finds no cluster
+        raise DeviceSetupError(
+            f"setup_devices (from {launch.source}): JAX found no cluster to join ({e}). Pass "
+            "processes=, process_id= and coordinator= instead.") from None
     _started[:] = [launch]
