@@ -147,19 +147,25 @@ def widget_bundle(widget) -> dict:
 
 # --- several processes (jax.distributed) ------------------------------------------------------
 
+# JAX's detectors that read only environment variables (no network, no warning); the others
+# (GCE TPU VMs: the metadata server; Kubernetes: its API) run only when asked for "auto"
+QUIET_CLUSTERS = ("SlurmCluster", "OmpiCluster", "GkeTpuCluster")
+
+
 def cluster_environment() -> tuple[str, int, int] | None:
-    """``(name, processes, process_id)`` of the cluster JAX's own detection finds (SLURM, Open
-    MPI, Cloud TPU, Kubernetes; not the opt-in mpi4py one), or None.
+    """``(name, processes, process_id)`` of the cluster JAX's own detection finds among
+    :data:`QUIET_CLUSTERS` (SLURM, Open MPI, TPUs on GKE), or None.
 
     No public API asks without initializing; ``jax._src.clusters.ClusterEnv._cluster_types`` and
     each type's ``is_env_present``, ``get_process_count`` and ``get_process_id`` exist in JAX
-    0.7.2 and 0.10.2 (checked). Should they go, None: pass the processes to setup_devices.
+    0.7.2, 0.10.2 and 0.12.0.1 (checked). Should they go, None: pass the processes to
+    setup_devices (or processes="auto").
     """
     try:
         from jax._src.clusters import ClusterEnv
 
         for env in ClusterEnv._cluster_types:
-            if not getattr(env, "opt_in_only_method", False) and env.is_env_present():
+            if env.__name__ in QUIET_CLUSTERS and env.is_env_present():
                 return env.__name__, int(env.get_process_count()), int(env.get_process_id())
     except Exception:  # private API moved, or a detector that fails outside its cluster
         return None
