@@ -3,6 +3,14 @@
 The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpviz.core.exercises`.
 """
 
+from tpviz.asyncpipe.exercises import (
+    check_chimera,
+    check_dualpipe_idle,
+    check_memory_cap,
+    check_staleness,
+    check_two_bw,
+    check_weight_memory,
+)
 from tpviz.autoshard.exercises import (
     check_column_parallel_bytes,
     check_edge_bytes,
@@ -28,6 +36,16 @@ from tpviz.layouts.exercises import (
     check_holders,
     check_rows_over_mesh,
     check_total,
+)
+from tpviz.machines.exercises import (
+    check_fast_gather,
+    check_hop_crossover,
+    check_matmul_ridge,
+    check_pod_design,
+    check_ring_all_to_all,
+    check_sharp,
+    check_torus_price,
+    check_wraparound,
 )
 from tpviz.matmul.exercises import (
     check_all_gather_bytes,
@@ -95,7 +113,7 @@ from tpviz.zero.exercises import (
     check_zero_memory,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (chapter 8's checkers appended last, for clean merges)
     "ExerciseFailed",
     "NotAttempted",
     "Wrong",
@@ -168,4 +186,13 @@ __all__ = [
     "check_zero_design",
     "check_zero_memory",
     "checker",
+    "check_chimera",
+    "check_dualpipe_idle",
+    "check_memory_cap",
+    "check_staleness",
+    "check_two_bw",
+    "check_weight_memory",
 ]
+__all__ += ["check_fast_gather", "check_hop_crossover", "check_matmul_ridge",  # chapter 2
+            "check_pod_design", "check_ring_all_to_all", "check_sharp", "check_torus_price",
+            "check_wraparound"]
