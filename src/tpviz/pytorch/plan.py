@@ -109,8 +109,9 @@ class Comparison:
                          f"nearest, {self.tpviz_name!r}")
         if _strip_w(self.torch_ops) == _strip_w(self.tpviz_ops):
             notes.append("the same F and B order once W is set aside")
-        elif _multiset(self.torch_ops) != _multiset(self.tpviz_ops):
-            extra = sorted(_multiset(self.torch_ops) - _multiset(self.tpviz_ops))[:3]
+        elif _multiset(_strip_w(self.torch_ops)) != _multiset(_strip_w(self.tpviz_ops)):
+            extra = sorted(_multiset(_strip_w(self.torch_ops))
+                           - _multiset(_strip_w(self.tpviz_ops)))[:3]
             if extra:
                 notes.append("torch's order lists ops tpviz does not run, e.g. "
                              + ", ".join(f"{k}{mb} of chunk {c}" for k, mb, c in extra))
