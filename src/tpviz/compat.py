@@ -145,6 +145,32 @@ def widget_bundle(widget) -> dict:
     }
 
 
+# --- PyTorch (optional; the newest environment has none) -----------------------------------
+
+def torch_version() -> tuple[int, ...] | None:
+    """The installed torch's (major, minor), without importing it; None without torch."""
+    from importlib import metadata
+
+    try:
+        text = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    return tuple(int(p) for p in text.split("+")[0].split(".")[:2] if p.isdigit())
+
+
+def torch_v_schedules_on_gloo() -> str | None:
+    """Why ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` cannot run on gloo processes
+    with this torch, or None when they can. torch 2.11 (Colab's) sends between the two stages a
+    rank holds in the V (stages p-1 and p on the last rank) through gloo, which has no pair to
+    itself ("Pair is not connected"); torch 2.13 (pinned) passes them locally. 2.12: untested,
+    treated as 2.11."""
+    version = torch_version()
+    if version is None or version >= (2, 13):
+        return None
+    return (f"torch {'.'.join(map(str, version))} sends between a rank's own V stages "
+            "through gloo, which cannot reach itself; torch 2.13 runs them")
+
+
 # --- several processes (jax.distributed) ------------------------------------------------------
 
 # JAX's detectors that read only environment variables (no network, no warning); the others
