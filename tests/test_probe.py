@@ -216,3 +216,20 @@ def test_only_keys_refuses_an_undocumented_key():
         framework.only_keys({"a": 1, "efficiency": 5.0}, ["a", "b"])
     with pytest.raises(framework.Wrong, match="no key 'b'"):
         framework.only_keys({"a": 1}, ["a", "b"], required=["a", "b"])
+
+
+def test_specific_checkers_take_numpy_fraction_and_refuse_extra_keys():
+    from tpviz.collectives import exercises as cx
+    from tpviz.collectives.plan import plan
+
+    want = plan("parameter-server", "all-reduce", cx.PS_K, cx.PS_V).time(0.0, cx.PS_BETA)
+    exercises.check_server_seconds(Fraction(want).limit_denominator(10**12))
+    exercises.check_server_seconds(np.float64(want))
+    best, _line = cx.buckets.best_bucket(cx.BUCKET_TIMES, cx.BUCKET_BYTES, devices=cx.BUCKET_K,
+                                         alpha=cx.BUCKET_ALPHA, beta=cx.BUCKET_BETA)
+    exercises.check_bucket_size(np.int64(best))
+    exercises.check_same_as_big_batch({k: np.bool_(v) for k, v in cx.TRUTH.items()})
+    with pytest.raises(ExerciseFailed, match="'efficiency', which this exercise does not use"):
+        exercises.check_3d_design({"t": 8, "p": 2, "d": 4, "microbatch": 1, "zero_stage": 1,
+                                   "recompute": True, "sequence_parallel": True,
+                                   "efficiency": 5.0})

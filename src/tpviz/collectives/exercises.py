@@ -11,7 +11,16 @@ from jax.sharding import PartitionSpec
 from tpviz.collectives import buckets
 from tpviz.collectives.plan import crossover, plan
 from tpviz.core import compiled
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number, mesh_1d
+from tpviz.core.exercises import (
+    Wrong,
+    as_bool,
+    as_number,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    mesh_1d,
+)
 
 # Exercise 1: a ring all-reduce of V = 400 MB (100 M float32 gradients) over K = 8 devices
 RING_V, RING_K = 400e6, 8
@@ -38,9 +47,12 @@ STATEMENTS = {
 TRUTH = {"a": True, "b": False, "c": False, "d": True, "e": True}
 
 
-def _number(answer) -> None:
-    if isinstance(answer, bool) or not isinstance(answer, int | float | np.integer | np.floating):
-        raise Wrong(f"give a number, not {answer!r}.")
+def _number(answer) -> float:
+    """The answer as a float (NumPy scalars and Fractions too); Wrong for anything else."""
+    try:
+        return as_number(answer)
+    except Wrong:
+        raise Wrong(f"give a number, not {answer!r}.") from None
 
 
 @checker("Bytes of a ring all-reduce")
@@ -63,7 +75,7 @@ def check_ring_bytes(answer) -> str:
 @checker("The parameter server's bottleneck")
 def check_server_seconds(answer) -> str:
     """Seconds of one step's communication at the server (receive, then send back)."""
-    _number(answer)
+    answer = _number(answer)
     p = plan("parameter-server", "all-reduce", PS_K, PS_V)
     want = p.time(0.0, PS_BETA)
     if math.isclose(answer, 2 * PS_V / PS_BETA, rel_tol=1e-6):
@@ -132,7 +144,7 @@ def check_same_as_big_batch(answers) -> str:
     """A dict from the keys of ``STATEMENTS`` to True (equal) or False."""
     if not isinstance(answers, dict) or set(answers) != set(STATEMENTS):
         raise Wrong(f"give a dict with the keys {sorted(STATEMENTS)} and True or False values.")
-    wrong = sorted(k for k in STATEMENTS if answers[k] is not TRUTH[k])
+    wrong = sorted(k for k in STATEMENTS if as_bool(answers[k], f"({k})") is not TRUTH[k])
     if wrong:
         raise Wrong(f"{len(wrong)} of {len(STATEMENTS)} wrong, e.g. ({wrong[0]}).",
                     "The big-batch gradient is the mean over all B examples of each example's "
@@ -144,7 +156,11 @@ def check_same_as_big_batch(answers) -> str:
 @checker("The best bucket size")
 def check_bucket_size(answer) -> str:
     """A bucket size in bytes with the least exposed communication for the exercise's model."""
-    if isinstance(answer, bool) or not isinstance(answer, int | float) or not answer >= 0:
+    try:
+        answer = as_number(answer)
+    except Wrong:
+        answer = -1.0
+    if not answer >= 0:
         raise Wrong(f"give a bucket size in bytes (a number >= 0), not {answer!r}.")
     kw = {"devices": BUCKET_K, "alpha": BUCKET_ALPHA, "beta": BUCKET_BETA}
     _best, line = buckets.best_bucket(BUCKET_TIMES, BUCKET_BYTES, **kw)
