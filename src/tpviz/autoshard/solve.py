@@ -38,11 +38,7 @@ def system_of(system) -> cost.System:
         ArgumentTypeError: neither a name nor a System.
         ArgumentError: a name that is not in ``cost.SYSTEMS``.
     """
-    if isinstance(system, cost.System):
-        return system
-    check.instance("system", system, str, "a name in tpviz.core.cost.SYSTEMS or a "
-                   "tpviz.core.cost.System")
-    return cost.SYSTEMS[check.choice("system", system, cost.SYSTEMS)]
+    return cost.system(system)
 
 
 def _mesh(mesh_shape) -> dict[str, int]:

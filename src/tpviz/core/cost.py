@@ -92,10 +92,34 @@ class Estimate:
         return self.compute_s + self.comm_s
 
 
+def system(value, name: str = "system") -> System:
+    """The one lookup of a system: a :class:`System` as it is, or the name of one in
+    :data:`SYSTEMS` (letter case ignored).
+
+    Raises:
+        ArgumentTypeError: neither a name nor a System.
+        ArgumentError: a name that is not in :data:`SYSTEMS` (the message lists them).
+    """
+    from tpviz.core import validate
+
+    if isinstance(value, System):
+        return value
+    validate.instance(name, value, str, "a System or one of the names in "
+                      "tpviz.core.cost.SYSTEMS", "For example 'H100 (NVLink)'.")
+    lowered = {k.lower(): k for k in SYSTEMS}
+    if value.lower() in lowered:
+        return SYSTEMS[lowered[value.lower()]]
+    return SYSTEMS[validate.choice(name, value, SYSTEMS)]
+
+
+_system = system  # for the functions below, whose argument is also called ``system``
+
+
 def bandwidth_for(system: System, group_size: int) -> float:
     """W for a collective over ``group_size`` devices: the fast link when the group fits in one
     node (or the system has no nodes), else the slower link between nodes, which a ring over
     several nodes must cross."""
+    system = _system(system)
     if system.node and group_size > system.node and system.between_nodes:
         return system.between_nodes
     return system.bandwidth
@@ -104,5 +128,6 @@ def bandwidth_for(system: System, group_size: int) -> float:
 def estimate(flops: float, collectives, system: System) -> Estimate:
     """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each at
     the system's latency and the bandwidth of its group (:func:`bandwidth_for`)."""
+    system = _system(system)
     comm = sum(c.time(bandwidth_for(system, c.group_size), system.latency) for c in collectives)
     return Estimate(flops / system.flops, comm)

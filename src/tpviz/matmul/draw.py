@@ -12,6 +12,7 @@ from tpviz.core.notation import to_notation
 def figure(p, *, system=None) -> Figure:
     """``In · W1 = Out`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
     of each operand, who computes which block of Out, and (below) what moves between devices."""
+    system = None if system is None else cost.system(system)
     fig = Figure(figsize=(10, 3.9))  # a fixed layout: constrained layout would double the time
     axes = fig.subplots(1, 3, width_ratios=[p.x_shape[1], p.w_shape[1], p.w_shape[1]],
                         gridspec_kw={"left": 0.05, "right": 0.98, "top": 0.68, "bottom": 0.1,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from tpviz.core import cost, layout
+from tpviz.core import cost, layout, validate
 from tpviz.core.collectives import Collective
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.plan import DATA, MODEL, Memory, Plan, check_sizes, plan
@@ -60,8 +60,15 @@ def mesh_2d(batch: int, h1: int, h2: int, mesh, dtype="float32") -> Scheme:
                   tuple(p.collectives(True)))
 
 
+MAX_DEVICES = 1 << 20  # meshes() tries every data-axis size up to it
+
+
 def meshes(batch: int, h1: int, h2: int, devices: int) -> list[tuple[int, int]]:
     """Every ``(data, model)`` shape of ``devices`` devices that divides the sizes."""
+    batch, h1, h2 = (validate.integer(n, v) for n, v in (("batch", batch), ("h1", h1),
+                                                          ("h2", h2)))
+    devices = validate.integer("devices", devices, maximum=MAX_DEVICES,
+                               fix="The search tries every divisor of it.")
     out = []
     for d in range(1, devices + 1):
         if devices % d == 0:
@@ -90,6 +97,7 @@ def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> floa
     """Bandwidth of one mesh axis. Devices are numbered row-major over (data, model): a model
     group spans ``m`` consecutive devices, a data group ``d·m``. A group that fits in one node
     uses the fast link; one that spans nodes, the link between nodes."""
+    system = cost.system(system)
     span = mesh[MODEL] if axis == MODEL else mesh[DATA] * mesh[MODEL]
     if system.node and span > system.node:
         return system.between_nodes
@@ -98,6 +106,7 @@ def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> floa
 
 def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estimate:
     """Seconds per step: FLOPs at peak versus the collectives at their axis's bandwidth."""
+    system = cost.system(system)
     comm = sum(c.time(axis_bandwidth(system, p.mesh, c.axes[0]), system.latency)
                for c in p.collectives(training))
     return cost.Estimate(p.flops(training) / system.flops, comm)
@@ -107,6 +116,7 @@ def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.Syste
               dtype="bf16") -> tuple[int, int]:
     """The ``(data, model)`` shape with the least communication per training step: the fewest
     bytes sent per device, or with ``system``, the shortest communication time."""
+    system = None if system is None else cost.system(system)
     shapes = meshes(batch, h1, h2, devices)
     if not shapes:
         raise ShardingError(f"no (data, model) mesh of {devices} devices divides B = {batch}, "
@@ -125,5 +135,6 @@ def smallest_batch_per_device(h2: int, system: cost.System) -> float:
     """The Scaling Book's bound for mixed FSDP + model parallelism with one mesh axis each: the
     step stays compute-bound only while B / N > 4 (R/W)² / F, with R the peak FLOP/s and W the
     bandwidth of one device (the book's notation; the Scaling Book writes C and α = C / W)."""
+    system = cost.system(system)
     ratio = system.flops / system.bandwidth  # R / W, FLOPs per byte sent
     return 4 * ratio**2 / h2
