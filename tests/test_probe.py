@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tpviz
-from tpviz import collectives, exercises, matmul, megatron, mesh2d
+from tpviz import collectives, exercises, matmul, megatron, mesh2d, moe
 from tpviz.core import exercises as framework
 from tpviz.core import verify
 from tpviz.errors import CheckFailed
@@ -233,3 +233,87 @@ def test_specific_checkers_take_numpy_fraction_and_refuse_extra_keys():
         exercises.check_3d_design({"t": 8, "p": 2, "d": 4, "microbatch": 1, "zero_stage": 1,
                                    "recompute": True, "sequence_parallel": True,
                                    "efficiency": 5.0})
+
+
+# --- size guards: each answers at once, naming the limit and the fix ----------------------
+
+def _pl(module, name):
+    import importlib
+
+    return getattr(importlib.import_module(f"tpviz.{module}"), name)
+
+
+SIZE_GUARDS = [
+    (lambda: _pl("collectives.plan", "plan")("ring", "all-reduce", 20000, 1e6), "K <= 256"),
+    (lambda: _pl("collectives", "render_collectives")("tree", 4096), "at most 64"),
+    (lambda: _pl("collectives.plan", "time")("naive", 10**6, 1e6, 1e-6, 1e9), "K <= 256"),
+    (lambda: _pl("layouts", "blocks")((4096, 4096), "A[I_X, J_Y]", {"X": 4096, "Y": 4096}),
+     "limit of 16,384"),
+    (lambda: _pl("autoshard", "stages")([1.0] * 2000, 8, 8, [(1,)]), "fewer, larger blocks"),
+    (lambda: _pl("autoshard", "stages")([1.0] * 2000, 8, 8, [(1,), (2,)]),
+     "fewer, larger blocks"),
+    (lambda: _pl("moe", "render_moe")(experts=2**20, tokens=2**20), "Route fewer tokens"),
+    (lambda: _pl("mesh2d", "best_mesh")(64, 128, 512, 10**15), "at most"),
+]
+
+
+@pytest.mark.parametrize(("call", "words"), SIZE_GUARDS)
+def test_size_guards_answer_at_once(call, words):
+    start = time.perf_counter()
+    with pytest.raises((ValueError, TypeError), match=words):
+        call()
+    assert time.perf_counter() - start < 2
+
+
+def test_setup_devices_refuses_more_than_memory_allows(monkeypatch):
+    from tpviz import devices
+    from tpviz.errors import DeviceSetupError
+
+    monkeypatch.setattr(devices, "_memory_limits", lambda: (8 * 2**30, math.inf))
+    with pytest.raises(DeviceSetupError, match=r"ulimit -v.*at most 384 devices"):
+        devices._refuse_beyond_memory(1024)
+    devices._refuse_beyond_memory(8)
+
+
+def test_make_mesh_refuses_a_bare_string():
+    from tpviz.errors import ShardingError
+
+    with pytest.raises(ShardingError, match=r"give a tuple of names, e.g. \('data',\)"):
+        tpviz.make_mesh((8,), "data")
+
+
+def test_wrong_results_fixed():
+    from jax.sharding import PartitionSpec as P
+
+    from tpviz import autoshard, together
+    from tpviz.core.layout import dtype_size
+    from tpviz.errors import ArgumentError, ShardingError
+
+    a = autoshard.reshard((1024, 1024), "A[I_X, J]", "A[I, J_X]", {"X": 4})
+    b = autoshard.reshard((1024, 1024), P("X", None), P(None, "X"), {"X": 4})
+    assert [c.bytes for c in a] == [c.bytes for c in b] == [1024 * 1024 * 4 // 4]
+    with pytest.raises(ArgumentError, match="tensor=7 must divide hidden=4096"):
+        together.activation_bytes(2048, 1, 4096, 32, tensor=7)
+    with pytest.raises(ArgumentError, match="at most 1"):
+        together.plan("GPT-3 13B", "A100 80GB (Selene)", 8, 2, 4, efficiency=5.0)
+    with pytest.raises(ShardingError, match="packs several values into a byte"):
+        dtype_size("int4")
+    with pytest.raises(ShardingError, match="old code for int32"):
+        dtype_size("i4")
+    assert dtype_size("bf16") == 2 and dtype_size("int8") == 1
+
+
+def test_system_names_go_through_one_lookup():
+    from tpviz.core import cost
+    from tpviz.errors import ArgumentError
+
+    assert cost.system("h100 (nvlink)") is cost.SYSTEMS["H100 (NVLink)"]
+    p = mesh2d.plan(64, 128, 512, (4, 2), "bf16")
+    assert mesh2d.step_time(p, "TPU v5e (ICI)") == mesh2d.step_time(
+        p, cost.SYSTEMS["TPU v5e (ICI)"])
+    for call in (lambda: mesh2d.step_time(p, "H100"),
+                 lambda: moe.plan(4096, 32, 2, 1.25, 8).time("H100"),
+                 lambda: matmul.draw.figure(matmul.plan((16, 32), (32, 64), "In[B_X, D]",
+                                                         "W1[D, F]", {"X": 8}), system="H100")):
+        with pytest.raises(ArgumentError, match="'H100 \\(NVLink\\)'"):
+            call()
