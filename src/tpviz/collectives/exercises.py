@@ -157,11 +157,12 @@ def check_same_as_big_batch(answers) -> str:
 def check_bucket_size(answer) -> str:
     """A bucket size in bytes with the least exposed communication for the exercise's model."""
     try:
-        answer = as_number(answer)
+        size = as_number(answer)
     except Wrong:
-        answer = -1.0
-    if not answer >= 0:
+        size = -1.0
+    if not size >= 0:
         raise Wrong(f"give a bucket size in bytes (a number >= 0), not {answer!r}.")
+    answer = size
     kw = {"devices": BUCKET_K, "alpha": BUCKET_ALPHA, "beta": BUCKET_BETA}
     _best, line = buckets.best_bucket(BUCKET_TIMES, BUCKET_BYTES, **kw)
     mine = buckets.simulate(BUCKET_TIMES, BUCKET_BYTES, answer, **kw)

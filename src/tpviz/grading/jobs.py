@@ -114,9 +114,10 @@ def grade_one(course: Course, book: Path, student: str, chapter: str, path: Path
                           quiet=True)
     course.nbgrader("generate_feedback", chapter, "--student", student, "--force", check=False,
                     quiet=True)
-    late = timeouts(course.root / "autograded" / student / chapter / f"{chapter}.ipynb")
+    autograded = course.root / "autograded" / student / chapter / f"{chapter}.ipynb"
+    late = timeouts(autograded)
     graded = grades_of(course.root / "gradebook.db", chapter, student)
-    if graded:
+    if graded and autograded.exists():  # (a failed run leaves 0s in the gradebook)
         result.rows = [[gid, score, top, "timed out" if gid in late else ""]
                        for gid, score, top in graded]
     else:

@@ -24,6 +24,7 @@ import copy
 import csv
 import time
 
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat import NotebookNode
 from nbgrader.plugins import ExportPlugin
@@ -82,11 +83,18 @@ class ResilientExecute(Execute):
         return super().preprocess(nb, resources, km)
 
     def preprocess_cell(self, cell, resources, index):
-        cell, resources = super().preprocess_cell(cell, resources, index)
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+            stuck = False
+        except (CellTimeoutError, DeadKernelError) as e:  # no reply or no output: restart
+            cell.outputs.append(NotebookNode(
+                output_type="error", ename=TIMEOUT_NAME, evalue=str(e).splitlines()[0],
+                traceback=[f"{TIMEOUT_NAME}: {str(e).splitlines()[0]}"]))
+            stuck = True
         if cell.cell_type != "code":
             return cell, resources
         if timed_out(cell):
-            if not self._answers():
+            if stuck or not self._answers():
                 self._restart_and_replay()
         else:
             self._ran.append(index)
@@ -119,8 +127,11 @@ class ResilientExecute(Execute):
             if is_grade(original) and not is_solution(original):
                 continue  # a check cell defines nothing later cells need
             replay = copy.deepcopy(original)
-            self.execute_cell(replay, index, store_history=False)
-            if timed_out(replay):  # it ran before: give up replaying, grade what is left
+            try:
+                self.execute_cell(replay, index, store_history=False)
+            except (CellTimeoutError, DeadKernelError):
+                break  # it ran before: give up replaying, grade what is left
+            if timed_out(replay):
                 break
 
 
