@@ -91,7 +91,8 @@ def _progress(total: int):
     def step(r: Result, cached: bool) -> None:
         done[0] += 1
         got, top = r.points
-        how = "unchanged, kept" if cached else f"{r.seconds:.0f} s"
+        how = ("unchanged, kept" if cached else f"{r.seconds:.0f} s"
+               + "".join(f", {k} {v:.0f} s" for k, v in r.phases.items()))
         late = [row[0] for row in r.rows if row[3] == "timed out"]
         line = (f"[{done[0]}/{total}] {r.student}/{r.chapter}: {got:g}/{top:g} points ({how})"
                 + (f"; timed out: {', '.join(late)}" if late else "")

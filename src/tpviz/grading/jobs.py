@@ -37,6 +37,7 @@ class Result:
     feedback: str = ""
     problem: str = ""
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)  # seconds of nbgrader's autograde and feedback
 
     @property
     def points(self) -> tuple[float, float]:
@@ -110,10 +111,14 @@ def grade_one(course: Course, book: Path, student: str, chapter: str, path: Path
     folder.mkdir(parents=True)
     data, restored = restore_check_cells(path.read_bytes(), course.released(chapter))
     (folder / f"{chapter}.ipynb").write_bytes(data)
+    t0 = time.perf_counter()
     log = course.nbgrader("autograde", chapter, "--student", student, "--force", check=False,
                           quiet=True)
+    t1 = time.perf_counter()
     course.nbgrader("generate_feedback", chapter, "--student", student, "--force", check=False,
                     quiet=True)
+    result.phases = {"autograde": round(t1 - t0, 1),
+                     "feedback": round(time.perf_counter() - t1, 1)}
     autograded = course.root / "autograded" / student / chapter / f"{chapter}.ipynb"
     late = timeouts(autograded)
     graded = grades_of(course.root / "gradebook.db", chapter, student)
