@@ -28,6 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from tpviz.core import verify
 from tpviz.core.sandbox import StillRunning, TimeUp, run_limited, time_limit
 from tpviz.errors import describe
 
@@ -204,7 +205,7 @@ def expect_array(value, expected, *, what: str = "your result", rtol: float = 1e
         raise Wrong(f"{what} has shape {tuple(value.shape)}; expected {expected.shape}.", hint)
     if np.dtype(value.dtype) != expected.dtype:
         raise Wrong(f"{what} has dtype {value.dtype}; expected {expected.dtype}.", hint)
-    got = np.asarray(value)
+    got = verify.host(value, np.dtype(value.dtype))  # whole, also when split across processes
     if np.issubdtype(got.dtype, np.inexact) and not np.isfinite(got).all():
         raise Wrong(f"{what} contains NaN or infinite values.", hint)
     if not np.allclose(got, expected, rtol=rtol, atol=atol):

@@ -5,17 +5,50 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import jax
 import numpy as np
 
+from tpviz import compat
 from tpviz.errors import CheckFailed
 
-__all__ = ["CheckFailed", "close", "finite", "relative_error", "require", "same"]
+__all__ = ["CheckFailed", "close", "finite", "host", "recording", "relative_error",
+           "require", "same"]
+
+_recorders: list[list] = []  # what recording() collects: every array host() brought home
+
+
+def host(x, dtype=np.float64) -> np.ndarray:
+    """``x`` as a NumPy array on this host, whole. A ``jax.Array`` that spans processes (some of
+    its shards on another process's devices) is gathered from every process first, so every
+    process must call this in the same order; one that is whole here (fully addressable or
+    fully replicated) is read locally.
+    """
+    if (isinstance(x, jax.Array) and not x.is_fully_addressable
+            and not x.is_fully_replicated):
+        x = compat.gather_to_host(x)
+    out = np.asarray(x, dtype)
+    for found in _recorders:
+        found.append(out)
+    return out
+
+
+@contextmanager
+def recording():
+    """Collect every array :func:`host` brings home (every value a check compares with its
+    reference, and the reference) into the list this yields: ``tpviz.cluster`` compares them
+    between a run in one process and one across processes."""
+    found: list = []
+    _recorders.append(found)
+    try:
+        yield found
+    finally:
+        _recorders.remove(found)
 
 
 def _leaves(tree) -> list[np.ndarray]:
-    return [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(tree)]
+    return [host(leaf) for leaf in jax.tree.leaves(tree)]
 
 
 def finite(value, what: str) -> None:
@@ -40,11 +73,12 @@ def relative_error(a, b) -> float:
     Both may be pytrees of arrays with the same structure; the worst leaf counts. A NaN or an
     infinity in either gives ``inf`` (never 0: ``max(0.0, nan)`` would be 0).
     """
-    leaves_a, leaves_b = _leaves(a), _leaves(b)
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     if len(leaves_a) != len(leaves_b):
         raise CheckFailed(f"{len(leaves_a)} arrays to compare with {len(leaves_b)} references.")
     worst = 0.0
     for x, y in zip(leaves_a, leaves_b, strict=True):
+        x, y = host(x), host(y)
         if x.shape != y.shape:
             raise CheckFailed(f"shape {x.shape} differs from the reference's {y.shape}.")
         if not (np.isfinite(x).all() and np.isfinite(y).all()):
