@@ -37,7 +37,8 @@ GRADING_ENV = "TPVIZ_GRADING"  # set (by tpviz.grading) while nbgrader grades: a
 GRADING = bool(os.environ.get(GRADING_ENV))  # read once, when tpviz is imported
 TIME_LIMIT_S = 15  # a learner's function runs at most this long inside a checker (a guard
 # against endless loops: the slowest right answer, a shard_map compile, takes 1-3 s)
-CHECK_TIME_LIMIT_S = 45  # a whole check: the learner's calls, traces and compiles, the checker's
+CHECK_TIME_LIMIT_S = 90  # a whole check (below grading's 120-s cell timeout): the learner's calls,
+# traces and compiles, the checker's
 OUTPUT_LIMIT = 2000  # characters of the learner's printed output shown by a checker
 
 
