@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -140,6 +141,9 @@ def grade_one(course: Course, book: Path, student: str, chapter: str, path: Path
 
 def _reason(log: str) -> str:
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    for ln in reversed(lines):  # the exception itself, not nbgrader's "see the traceback"
+        if re.match(r"^[\w.]*(Error|Exception)\b", ln) and "AutogradeApp" not in ln:
+            return ln[:200]
     for ln in reversed(lines):
         if "Error" in ln or "error" in ln:
             return ln[:200]
