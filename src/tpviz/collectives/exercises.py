@@ -216,8 +216,9 @@ def check_bucket_size(answer) -> str:
     """A bucket size in bytes with the least exposed communication for the exercise's model."""
     try:
         size = as_number(answer)
-    except Wrong:
-        size = -1.0
+    except Wrong:  # infinity is a size here (one bucket for everything); NaN is not
+        infinite = isinstance(answer, float | np.floating) and answer == math.inf
+        size = math.inf if infinite else -1.0
     if not size >= 0:
         raise Wrong(f"give a bucket size in bytes (a number >= 0), not {answer!r}.")
     answer = size
