@@ -266,13 +266,13 @@ def test_size_guards_answer_at_once(call, words):
 
 
 def test_setup_devices_refuses_more_than_memory_allows(monkeypatch):
-    from tpviz import devices
+    from tpviz.core import host_memory
     from tpviz.errors import DeviceSetupError
 
-    monkeypatch.setattr(devices, "_memory_limits", lambda: (8 * 2**30, math.inf))
+    monkeypatch.setattr(host_memory, "_memory_limits", lambda: (8 * 2**30, math.inf))
     with pytest.raises(DeviceSetupError, match=r"ulimit -v.*at most 384 devices"):
-        devices._refuse_beyond_memory(1024)
-    devices._refuse_beyond_memory(8)
+        host_memory.refuse_beyond_memory(1024)
+    host_memory.refuse_beyond_memory(8)
 
 
 def test_make_mesh_refuses_a_bare_string():

@@ -11,69 +11,19 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import jax
 from jax.sharding import AxisType, Mesh
 
 from tpviz import compat, distributed
 from tpviz.core import validate
+from tpviz.core.host_memory import refuse_beyond_memory
 from tpviz.errors import DeviceSetupError, ShardingError
 
 _chosen: list = []  # the devices setup_devices picked; make_mesh uses them by default
 # XLA's host platform starts 2,048 emulated devices in about 2 s and 4,096 in about 9 s (0.6 GB)
 # on a 2-core machine; 8,192 take about 47 s and 1 GB, and 100,000 exhaust memory.
 MAX_CPU_DEVICES = 4096
-
-
-# Measured (JAX 0.10, Linux): each emulated CPU device adds about 16 MiB of virtual memory (its
-# threads' stacks) to a base of about 2 GiB, and about 0.25 MiB of resident memory.
-VIRTUAL_PER_DEVICE, VIRTUAL_BASE = 16 * 2**20, 2 * 2**30
-RESIDENT_PER_DEVICE, RESIDENT_BASE = 2**18, 2**29
-
-
-def _memory_limits() -> tuple[float, float]:
-    """(address-space limit, memory this process may still use) in bytes; inf when unknown."""
-    virtual = resident = math.inf
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            virtual = float(soft)
-    except (ImportError, OSError, ValueError):
-        pass
-    for path, key in (("/sys/fs/cgroup/memory.max", None), ("/proc/meminfo", "MemAvailable:")):
-        try:
-            text = Path(path).read_text()
-        except OSError:
-            continue
-        if key is None:
-            value = text.strip()
-            if value.isdigit():
-                resident = min(resident, float(value))
-        else:
-            for line in text.splitlines():
-                if line.startswith(key):
-                    resident = min(resident, float(line.split()[1]) * 1024)
-    return virtual, resident
-
-
-def _refuse_beyond_memory(n: int) -> None:
-    """Refuse ``n`` emulated devices that this process's memory cannot hold, before XLA starts
-    them (past its limit XLA aborts the whole process, from C++)."""
-    virtual, resident = _memory_limits()
-    for limit, base, each, what in ((virtual, VIRTUAL_BASE, VIRTUAL_PER_DEVICE,
-                                     "the address-space limit (ulimit -v)"),
-                                    (resident, RESIDENT_BASE, RESIDENT_PER_DEVICE,
-                                     "the memory available")):
-        if base + n * each > limit:
-            most = max(0, int((limit - base) // each))
-            raise DeviceSetupError(
-                f"setup_devices({n:,}): {n:,} emulated CPU devices need about "
-                f"{(base + n * each) / 2**30:.1f} GiB, more than {what}, "
-                f"{limit / 2**30:.1f} GiB; XLA would abort the process. Ask for at most "
-                f"{most:,} devices, or raise the limit. Plans need no devices.")
 
 
 def _has_accelerators_env() -> bool:
@@ -164,7 +114,7 @@ def setup_devices(n: int = 8, *, processes: int | str | None = None,
                 "made on a machine without accelerators (more take minutes and gigabytes). "
                 "Plans need no devices: use the plan functions for larger counts.")
         if not _has_accelerators_env():
-            _refuse_beyond_memory(n)
+            refuse_beyond_memory(n)
         compat.ask_for_cpu_devices(n)
     accelerators = [d for d in jax.devices() if d.platform != "cpu"]
     if n > MAX_CPU_DEVICES and len(accelerators) < n:
