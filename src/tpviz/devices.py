@@ -17,6 +17,7 @@ from jax.sharding import AxisType, Mesh
 
 from tpviz import compat, distributed
 from tpviz.core import validate
+from tpviz.core.host_memory import refuse_beyond_memory
 from tpviz.errors import DeviceSetupError, ShardingError
 
 _chosen: list = []  # the devices setup_devices picked; make_mesh uses them by default
@@ -112,6 +113,8 @@ def setup_devices(n: int = 8, *, processes: int | str | None = None,
                 f"setup_devices({n:,}): at most {MAX_CPU_DEVICES:,} emulated CPU devices can be "
                 "made on a machine without accelerators (more take minutes and gigabytes). "
                 "Plans need no devices: use the plan functions for larger counts.")
+        if not _has_accelerators_env():
+            refuse_beyond_memory(n)
         compat.ask_for_cpu_devices(n)
     accelerators = [d for d in jax.devices() if d.platform != "cpu"]
     if n > MAX_CPU_DEVICES and len(accelerators) < n:
@@ -221,6 +224,10 @@ def make_mesh(
         ShardingError: shape and names differ in length, a name repeats, or the number of
             devices does not equal the mesh size.
     """
+    if isinstance(axis_names, str):
+        raise ShardingError(
+            f"make_mesh: axis_names={axis_names!r} is a string, which would name one axis per "
+            f"letter; give a tuple of names, e.g. ({axis_names!r},).")
     shape, axis_names = tuple(shape), tuple(axis_names)
     if len(shape) != len(axis_names):
         raise ShardingError(

@@ -12,7 +12,16 @@ from jax.sharding import PartitionSpec
 from tpviz.collectives import buckets
 from tpviz.collectives.plan import crossover, plan
 from tpviz.core import build, compiled
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number, mesh_1d
+from tpviz.core.exercises import (
+    Wrong,
+    as_bool,
+    as_number,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    mesh_1d,
+)
 
 # Exercise 1: a ring all-reduce of V = 400 MB (100 M float32 gradients) over K = 8 devices
 RING_V, RING_K = 400e6, 8
@@ -39,9 +48,12 @@ STATEMENTS = {
 TRUTH = {"a": True, "b": False, "c": False, "d": True, "e": True}
 
 
-def _number(answer) -> None:
-    if isinstance(answer, bool) or not isinstance(answer, int | float | np.integer | np.floating):
-        raise Wrong(f"give a number, not {answer!r}.")
+def _number(answer) -> float:
+    """The answer as a float (NumPy scalars and Fractions too); Wrong for anything else."""
+    try:
+        return as_number(answer)
+    except Wrong:
+        raise Wrong(f"give a number, not {answer!r}.") from None
 
 
 @checker("Bytes of a ring all-reduce")
@@ -64,7 +76,7 @@ def check_ring_bytes(answer) -> str:
 @checker("The parameter server's bottleneck")
 def check_server_seconds(answer) -> str:
     """Seconds of one step's communication at the server (receive, then send back)."""
-    _number(answer)
+    answer = _number(answer)
     p = plan("parameter-server", "all-reduce", PS_K, PS_V)
     want = p.time(0.0, PS_BETA)
     if math.isclose(answer, 2 * PS_V / PS_BETA, rel_tol=1e-6):
@@ -134,9 +146,11 @@ def check_same_as_big_batch(answers) -> str:
     which statement is wrong, nor how many (that would let a few tries find the answer)."""
     if not isinstance(answers, dict) or set(answers) != set(STATEMENTS):
         raise Wrong(f"give a dict with the keys {sorted(STATEMENTS)} and True or False values.")
-    if any(not isinstance(answers[k], bool) for k in STATEMENTS):
-        raise Wrong("each value should be True or False.")
-    if any(answers[k] is not TRUTH[k] for k in STATEMENTS):
+    try:
+        values = {k: as_bool(answers[k], f"({k})") for k in STATEMENTS}
+    except Wrong:
+        raise Wrong("each value should be True or False.") from None
+    if any(values[k] is not TRUTH[k] for k in STATEMENTS):
         raise Wrong("not all of them are right (the check does not say which).",
                     "The big-batch gradient is the mean over all B examples of each example's "
                     "gradient. Is every device's share weighted 1/B, and does each example's "
@@ -200,8 +214,14 @@ def check_dp_gradients(fn) -> str:
 @checker("The best bucket size")
 def check_bucket_size(answer) -> str:
     """A bucket size in bytes with the least exposed communication for the exercise's model."""
-    if isinstance(answer, bool) or not isinstance(answer, int | float) or not answer >= 0:
+    try:
+        size = as_number(answer)
+    except Wrong:  # infinity is a size here (one bucket for everything); NaN is not
+        infinite = isinstance(answer, float | np.floating) and answer == math.inf
+        size = math.inf if infinite else -1.0
+    if not size >= 0:
         raise Wrong(f"give a bucket size in bytes (a number >= 0), not {answer!r}.")
+    answer = size
     kw = {"devices": BUCKET_K, "alpha": BUCKET_ALPHA, "beta": BUCKET_BETA}
     _best, line = buckets.best_bucket(BUCKET_TIMES, BUCKET_BYTES, **kw)
     mine = buckets.simulate(BUCKET_TIMES, BUCKET_BYTES, answer, **kw)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from tpviz.core.exercises import Wrong, as_integer, as_number, checker, expect_number
+from tpviz.core.exercises import (
+    Wrong,
+    as_integer,
+    as_number,
+    checker,
+    expect_number,
+    only_keys,
+)
 from tpviz.errors import TpvizError
 from tpviz.together.memory import activation_bytes
 from tpviz.together.plan import plan
@@ -101,6 +108,8 @@ def check_3d_design(config) -> str:
     if not isinstance(config, dict):
         raise Wrong("give a dict with keys t, p, d, microbatch, zero_stage, recompute, "
                     "sequence_parallel.")
+    only_keys(config, ["t", "p", "d", "microbatch", "zero_stage", "recompute",
+                       "sequence_parallel"], "your configuration")
     try:
         mine = plan("GPT-3 13B", "A100 80GB (Selene)", **config)
     except (TpvizError, TypeError, ValueError) as e:

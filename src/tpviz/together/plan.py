@@ -152,10 +152,15 @@ def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, mic
     model = MODELS[validate.choice("model", model, MODELS)] if isinstance(model, str) else model
     cluster = (CLUSTERS[validate.choice("cluster", cluster, CLUSTERS)]
                if isinstance(cluster, str) else cluster)
+    validate.instance("model", model, Model, "a Model or one of the names in MODELS")
+    validate.instance("cluster", cluster, Cluster, "a Cluster or one of the names in CLUSTERS")
     t, p, d, b = (validate.integer(n, v) for n, v in (("t", t), ("p", p), ("d", d),
                                                         ("microbatch", microbatch)))
     recompute = validate.choice("recompute", recompute, RECOMPUTE)
     eff = validate.number("efficiency", efficiency, positive=True)
+    if eff > 1:
+        raise ArgumentError(f"efficiency={eff:g} is the fraction of peak FLOP/s reached: at most "
+                            "1 (large bf16 matmuls reach about 0.7).")
     for what, whole, part in (("heads", model.heads, t), ("layers", model.layers, p),
                               ("batch", model.batch, d * b)):
         if whole % part:
