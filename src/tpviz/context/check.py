@@ -9,6 +9,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from tpviz.context.loops import executed
 from tpviz.context.plan import AXIS, check_sizes, plan
 from tpviz.context.run import SPECS, place, program, reference, to_layout, with_gradients
 from tpviz.core import compiled, verify
@@ -122,11 +123,11 @@ def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool
     planned = plan(scheme, s, a, h, n, batch=batch)
     for what, program_, training in (("forward pass", forward, False),
                                      ("forward and backward program", train, True)):
-        verify.same(_signature(compiled.collectives(program_)),
+        verify.same(_signature(executed(program_)),
                     _signature(plan(scheme, s, a, h, n, batch=batch, training=training)),
                     f"the compiled {scheme} {what}'s collectives (kind, bytes, group size: count)")
-    result = Checked(c for c in compiled.collectives(forward) if c.moves_data)
-    result.train = Collectives(c for c in compiled.collectives(train) if c.moves_data)
+    result = Checked(c for c in executed(forward) if c.moves_data)
+    result.train = Collectives(c for c in executed(train) if c.moves_data)
     result.forward_error, result.gradient_error = forward_error, gradient_error
     result.layout, result.plan = layout, planned
     return result

@@ -89,14 +89,19 @@ def ring_attention(q, k, v, axis: str = AXIS, causal: bool = False, layout: str 
     kv = jnp.stack([k, v])  # [2, B, S/N, n_h, d_h]: the block that travels
     o, lse = block_attention(q, k, v, q_pos, q_pos)  # step 0: this device's own block
     ring = [(i, (i + 1) % n) for i in range(n)]
-    for step in range(1, n):
-        kv = jax.lax.ppermute(kv, axis, ring)  # now the block of device (me - step) mod n
-        src = (me - step) % n
+
+    def step(carry, s):  # a scan over s = 1 ... N-1: a while loop of N - 1 trips
+        kv, o, lse = carry
+        kv = jax.lax.ppermute(kv, axis, ring)  # now the block of device (me - s) mod N
+        src = (me - s) % n
         if causal and layout == "zigzag":
             o, lse = _zigzag_step(q, kv, o, lse, src, me)
         else:
             k_pos = positions(src, n, c, layout) if causal else None
             o, lse = combine(o, lse, *block_attention(q, kv[0], kv[1], q_pos, k_pos))
+        return (kv, o, lse), None
+
+    (_, o, _), _ = jax.lax.scan(step, (kv, o, lse), jnp.arange(1, n))
     return o
 
 
