@@ -131,3 +131,21 @@ def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool
     result.forward_error, result.gradient_error = forward_error, gradient_error
     result.layout, result.plan = layout, planned
     return result
+
+
+def temporaries(scheme: str, sequence: int, heads: int, devices: int = 8,
+                causal: bool = False) -> int:
+    """Bytes of temporaries per device of the compiled forward pass (XLA's
+    ``memory_analysis()``), float32, heads of width 8: what the scheme holds besides its
+    inputs and output, to set beside :func:`tpviz.context.compare.memory`."""
+    scheme, s, a, n, _, _ = check_sizes(scheme, sequence, heads, devices, heads * HEAD_DIM)
+    mesh = mesh_of(n)
+    args = inputs(scheme, s, a)
+    seq = P(None, AXIS)
+    if scheme == "sequence":
+        specs = {k: P(*(AXIS if d else None for d in v)) for k, v in SPECS.items()}
+        placed = (place(mesh, args[0], seq), {k: place(mesh, w, specs[k])
+                                              for k, w in args[1].items()})
+    else:
+        placed = tuple(place(mesh, t, seq) for t in args)
+    return compiled.memory(program(scheme, mesh, causal, head_dim=HEAD_DIM), *placed).temp

@@ -1,4 +1,4 @@
-"""The three ways to split the sequence, as plans: collectives, work per device, memory (no devices).
+"""The three ways to split the sequence as plans: collectives and work per device (no devices).
 
 Notation (``book/notation.md``): S sequence, B batch, H = n_h · d_h hidden, N devices of the
 context axis, b bytes per value. Per attention layer, forward pass:
