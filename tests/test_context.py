@@ -101,3 +101,24 @@ def test_check_catches_a_wrong_plan(monkeypatch):
                         lambda *a, **k: type(real(*a, **k))(real(*a, **k)[1:]))
     with pytest.raises(CheckFailed, match="collectives"):
         context.check("ring", 32, 2, devices=4)
+
+
+def test_together_chooses_context_parallelism_for_long_sequences():
+    import dataclasses
+
+    from tpviz.together import MODELS, best, plan
+
+    long = dataclasses.replace(MODELS["GPT-3 6.7B"], name="6.7B, 64k tokens", seq=65536,
+                               batch=64)
+    without = best(long, "H100 80GB", 64)
+    chosen = best(long, "H100 80GB", 64, context=(1, 2, 4, 8))
+    assert chosen.context > 1 and chosen.devices == 64 and chosen.fits
+    assert chosen.step_s < without.step_s
+    assert "context" in chosen.collectives and chosen.mfu < 0.7  # at most the efficiency
+    # c splits the sequence: a layer's activations on s/c tokens, the compute by c
+    one = plan(long, "H100 80GB", 1, 1, 64, recompute="full")
+    eight = plan(long, "H100 80GB", 1, 1, 8, recompute="full", context=8)
+    assert eight.memory["activations"] == pytest.approx(one.memory["activations"] / 8)
+    assert eight.compute_s == pytest.approx(one.compute_s)  # 8x the microbatches, 1/8 the work
+    short = best(MODELS["GPT-3 6.7B"], "H100 80GB", 64, context=(1, 2, 4, 8))
+    assert short.context == 1  # at 2,048 tokens the sequence is not worth splitting
