@@ -122,3 +122,103 @@ def test_together_chooses_context_parallelism_for_long_sequences():
     assert eight.compute_s == pytest.approx(one.compute_s)  # 8x the microbatches, 1/8 the work
     short = best(MODELS["GPT-3 6.7B"], "H100 80GB", 64, context=(1, 2, 4, 8))
     assert short.context == 1  # at 2,048 tokens the sequence is not worth splitting
+
+
+# --- exercises: each checker against the solution and wrong answers ---------------------------
+
+import jax  # noqa: E402
+from checking import fails, passes  # noqa: E402
+
+from tpviz import exercises  # noqa: E402
+
+
+def test_check_ring_attention_bytes(capsys):
+    right = 7 * 2 * 4096 * 4096 * 2
+    passes(exercises.check_ring_attention_bytes, right, capsys=capsys)
+    fails(exercises.check_ring_attention_bytes, right // 2, words="only the keys")
+    fails(exercises.check_ring_attention_bytes, right * 8 // 7, words="N permutes")
+    fails(exercises.check_ring_attention_bytes, right * 2, words="4 bytes")
+
+
+def test_check_ulysses_ratio(capsys):
+    passes(exercises.check_ulysses_ratio, 8, capsys=capsys)
+    fails(exercises.check_ulysses_ratio, 1 / 8, words="the ring against Ulysses")
+    fails(exercises.check_ulysses_ratio, 16, words="how many arrays")
+
+
+def _combine(o1, lse1, o2, lse2):
+    lse = jnp.logaddexp(lse1, lse2)
+    return o1 * jnp.exp(lse1 - lse)[..., None] + o2 * jnp.exp(lse2 - lse)[..., None], lse
+
+
+def test_check_online_combine(capsys):
+    passes(exercises.check_online_combine, _combine, capsys=capsys)
+    fails(exercises.check_online_combine,
+          lambda o1, l1, o2, l2: ((o1 + o2) / 2, jnp.logaddexp(l1, l2)), words="averages")
+    fails(exercises.check_online_combine,  # a max instead of the log-sum-exp
+          lambda o1, l1, o2, l2: (_combine(o1, l1, o2, l2)[0], jnp.maximum(l1, l2)),
+          words="lse")
+    fails(exercises.check_online_combine,  # the weights not normalised
+          lambda o1, l1, o2, l2: (o1 * jnp.exp(l1)[..., None] + o2 * jnp.exp(l2)[..., None],
+                                  jnp.logaddexp(l1, l2)), words="wrong values")
+    fails(exercises.check_online_combine, lambda *a: a[0], words="two arrays")
+
+
+def _ring(q, k, v, separate=False, combine=True):
+    n = jax.lax.axis_size("context")
+    o, lse = context.block_attention(q, k, v)
+    kv = jnp.stack([k, v])
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    for _ in range(n - 1):
+        if separate:
+            kv = jnp.stack([jax.lax.ppermute(kv[0], "context", ring),
+                            jax.lax.ppermute(kv[1], "context", ring)])
+        else:
+            kv = jax.lax.ppermute(kv, "context", ring)
+        block = context.block_attention(q, kv[0], kv[1])
+        o, lse = context.combine(o, lse, *block) if combine else block
+    return o
+
+
+def test_check_ring_step(capsys):
+    passes(exercises.check_ring_step, _ring, capsys=capsys)
+    fails(exercises.check_ring_step, lambda q, k, v: _ring(q, k, v, combine=False),
+          words="wrong values")
+    fails(exercises.check_ring_step, lambda q, k, v: _ring(q, k, v, separate=True),
+          words="separate permutes")
+
+    def wasteful(q, k, v):  # attend, then pass on, N times: the last permute is wasted
+        n = jax.lax.axis_size("context")
+        kv, o, lse = jnp.stack([k, v]), None, None
+        for _ in range(n):
+            block = context.block_attention(q, kv[0], kv[1])
+            o, lse = block if o is None else context.combine(o, lse, *block)
+            kv = jax.lax.ppermute(kv, "context", [(i, (i + 1) % n) for i in range(n)])
+        return o + 0 * kv[0]  # keep the last permute alive
+
+    fails(exercises.check_ring_step, wasteful, words="runs 4 permutes")
+
+    def gather(q, k, v):  # right values, but all-gathers the keys and values
+        k, v = (jax.lax.all_gather(t, "context", axis=1, tiled=True) for t in (k, v))
+        return context.block_attention(q, k, v)[0]
+
+    fails(exercises.check_ring_step, gather, words="ppermute only")
+
+
+def test_check_causal_imbalance(capsys):
+    passes(exercises.check_causal_imbalance, 16 / 9, capsys=capsys)
+    fails(exercises.check_causal_imbalance, 8, words="least busy")
+    fails(exercises.check_causal_imbalance, 2, words="halved")
+    fails(exercises.check_causal_imbalance, 1.5, words="not right")
+
+
+def test_check_context_design(capsys):
+    d = exercises.check_context_design.__wrapped__.__globals__["DESIGN"]
+    args = (d["sequence"], d["heads"], d["hidden"], d["devices"])
+    gib = context.compare.memory("ring", *args) / 2**30
+    passes(exercises.check_context_design, "ring", "zigzag", gib, capsys=capsys)
+    fails(exercises.check_context_design, "ring", "contiguous", gib, words="2N/")
+    fails(exercises.check_context_design, "ulysses", "contiguous",
+          context.compare.memory("ulysses", *args) / 2**30, words="over the budget")
+    fails(exercises.check_context_design, "ring", "zigzag", gib * 2, words="not")
+    fails(exercises.check_context_design, "rings", "zigzag", gib, words="choose")

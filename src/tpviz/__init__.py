@@ -9,6 +9,7 @@ checker.
 from tpviz import (
     autoshard,
     collectives,
+    context,
     core,
     errors,
     exercises,
@@ -23,6 +24,7 @@ from tpviz import (
 )
 from tpviz.autoshard import explore_autoshard
 from tpviz.collectives import explore_collectives
+from tpviz.context import explore_context
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
 from tpviz.matmul import explore_matmul
@@ -42,13 +44,15 @@ TOPICS = (
     "zero",
     "mesh2d",
     "pipeline",
+    "context",
     "moe",
     "together",
     "autoshard",
 )
 
-__all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
-           "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
+__all__ = ["TOPICS", "autoshard", "collectives", "context", "core", "errors", "exercises",
+           "explore_autoshard", "explore_collectives", "explore_context", "explore_layout",
+           "explore_matmul",
            "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
            "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
            "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]

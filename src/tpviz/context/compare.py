@@ -50,7 +50,7 @@ class Layer:
 
     @property
     def bound(self) -> str:
-        return "compute" if self.exposed_s == 0 else "communication"
+        return "communication" if self.exposed_s > self.compute_s else "compute"
 
 
 def flops(sequence: int, hidden: int, devices: int, batch: int = 1,
