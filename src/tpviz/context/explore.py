@@ -46,7 +46,7 @@ def render_context(sequence: int = 32768, devices: int = 8, heads: int = 32,
                      f"{one.exposed_s * 1e3:,.3f} ({one.bound}-bound)",
                      f"{one.memory / 2**30:,.2f}"))
     head = ("scheme", "MiB sent", "compute ms", "exposed comm ms", "activations GiB")
-    sequences = [2**k for k in range(12, 19)]
+    sequences = [2**k for k in range(12, 20, 2)]
     fig = scaling(sequences, heads, HEAD_WIDTH * heads, devices, system, causal)
     note = (f"<p>H = {HEAD_WIDTH * heads:,}, bf16, one layer's forward pass; the ring hides a "
             f"permute from S/N ≥ {hiding_block(HEAD_WIDTH * heads, system, devices=devices):,.0f}"
