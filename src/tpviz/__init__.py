@@ -7,6 +7,7 @@ checker.
 """
 
 from tpviz import (
+    asyncpipe,
     autoshard,
     collectives,
     context,
@@ -14,6 +15,7 @@ from tpviz import (
     errors,
     exercises,
     layouts,
+    machines,
     matmul,
     megatron,
     mesh2d,
@@ -22,11 +24,13 @@ from tpviz import (
     together,
     zero,
 )
+from tpviz.asyncpipe import explore_zoo
 from tpviz.autoshard import explore_autoshard
 from tpviz.collectives import explore_collectives
 from tpviz.context import explore_context
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
+from tpviz.machines import explore_network, explore_roofline
 from tpviz.matmul import explore_matmul
 from tpviz.megatron import explore_megatron
 from tpviz.mesh2d import explore_mesh2d
@@ -39,17 +43,25 @@ from tpviz.zero import explore_zero
 TOPICS = (
     "layouts",
     "collectives",
+    "machines",
     "matmul",
     "megatron",
     "zero",
     "mesh2d",
     "pipeline",
+    "asyncpipe",
     "context",
     "moe",
     "together",
     "autoshard",
 )
 
+__all__ = ["TOPICS", "asyncpipe", "autoshard", "collectives", "core", "errors", "exercises",
+           "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
+           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_network",
+           "explore_pipeline", "explore_roofline", "explore_together", "explore_zero",
+           "explore_zoo", "layouts", "machines", "make_mesh", "matmul", "megatron", "mesh2d",
+           "moe", "pipeline", "setup_devices", "together", "zero"]
 __all__ = ["TOPICS", "autoshard", "collectives", "context", "core", "errors", "exercises",
            "explore_autoshard", "explore_collectives", "explore_context", "explore_layout",
            "explore_matmul",

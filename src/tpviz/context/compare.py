@@ -22,15 +22,23 @@ from dataclasses import dataclass
 
 from tpviz.context.plan import check_sizes, plan
 from tpviz.core import validate
-from tpviz.core.cost import SYSTEMS, System, bandwidth_for
+from tpviz.core.cost import SYSTEMS, System
 from tpviz.core.layout import dtype_size
 
 
 def price(collectives, system: System) -> float:
-    """Seconds to run ``collectives`` on ``system``: the book's α–β price of each, at the
-    bandwidth of its group (NVLink inside a node, the network across nodes). The one place
-    this topic prices communication."""
-    return sum(c.time(bandwidth_for(system, c.group_size), system.latency) for c in collectives)
+    """Seconds to run ``collectives`` on ``system``, each priced by the book's hardware model
+    (:meth:`tpviz.core.cost.System.price`: the torus or the GPU nodes and their links, latency
+    included). The one place this topic prices communication."""
+    return sum(system.price(c).seconds for c in collectives)
+
+
+def egress(system: System, devices: int) -> float:
+    """W: bytes/s one device sends to its ring neighbour, NVLink (or ICI) when the group fits in
+    a node, else its share of the node's network egress."""
+    if system.node and devices > system.node and system.between_nodes:
+        return system.between_nodes
+    return system.bandwidth
 
 
 @dataclass(frozen=True)
@@ -97,4 +105,4 @@ def hiding_block(hidden: int, system: str | System = "H100 (NVLink)", dtype="bf1
     block's permute: 4·c²·H / R ≥ 2·c·H·b / W, so c ≥ R·b / (2·W) (independent of H)."""
     system = (SYSTEMS[validate.choice("system", system, SYSTEMS)] if isinstance(system, str)
               else system)
-    return system.flops * dtype_size(dtype) / (2 * bandwidth_for(system, devices))
+    return system.flops * dtype_size(dtype) / (2 * egress(system, devices))
