@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tpviz import context
-from tpviz.context import balance
+from tpviz.context import balance, compare
 from tpviz.errors import ArgumentError, CheckFailed, ShardingError
 
 
@@ -222,3 +222,31 @@ def test_check_context_design(capsys):
           context.compare.memory("ulysses", *args) / 2**30, words="over the budget")
     fails(exercises.check_context_design, "ring", "zigzag", gib * 2, words="not")
     fails(exercises.check_context_design, "rings", "zigzag", gib, words="choose")
+
+
+def test_explorer_and_figures():
+    from matplotlib.figure import Figure
+
+    from tpviz.core.widgets import Live
+
+    table, fig = context.render_context(sequence=65536, devices=16, heads=8, scheme="ulysses")
+    assert isinstance(fig, Figure) and "heads = 8 do not split over devices = 16" in table
+    assert isinstance(context.explore_context(), Live)
+    assert isinstance(context.draw.balance({"contiguous": [1, 2], "zigzag": [2, 2]}), Figure)
+
+
+def test_ring_hides_its_permutes_from_the_threshold():
+    """A permute of 2·(S/N)·H·b bytes hides behind 4·(S/N)²·H FLOPs from S/N = R·b/(2W)."""
+    c = compare.hiding_block(4096, "H100 (NVLink)")
+    assert c == pytest.approx(989e12 * 2 / (2 * 450e9))
+    below = compare.layer("ring", 8 * 1024, 32, 4096, 8)  # S/N = 1,024 < c
+    above = compare.layer("ring", 8 * 8192, 32, 4096, 8)  # S/N = 8,192 > c
+    assert below.exposed_s > 0 and above.exposed_s == 0
+    uly = compare.layer("ulysses", 8 * 8192, 32, 4096, 8)
+    assert uly.sent_bytes * 8 / 2 == above.sent_bytes  # Ulysses: N/2 times fewer bytes
+
+
+def test_memory_formula_beside_the_compiled_temporaries():
+    for scheme in context.SCHEMES:
+        measured = context.temporaries(scheme, 512, 8, devices=8)
+        assert 0.7 < measured / compare.memory(scheme, 512, 8, 64, 8, dtype="float32") < 1.3
