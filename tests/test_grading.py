@@ -77,6 +77,8 @@ def test_a_stub_scores_zero_while_grading(monkeypatch, capsys):
     ("capacity (easy)", 1), ("drop order (medium)", 2), ("stages (hard)", 3),
     ("a trap (hard, design)", 3), ("design a layer (design)", 3), ("which case?", 1),
     ("f and g", 1), ("memory (the easy way) of a layer (Medium).", 2),
+    ("row-parallel layer (easy, build)", 3), ("f and g (medium, build)", 3),
+    ("count (easy, one-line)", 1), ("bytes (medium, multi-step)", 2),
 ])
 def test_points_by_difficulty(title, points):
     assert metadata.points_of(title) == points

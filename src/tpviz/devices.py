@@ -58,7 +58,8 @@ def _fallback_line(n: int, accelerators: Sequence) -> str:
     return line + "."
 
 
-def setup_devices(n: int = 8, *, processes: int | None = None, process_id: int | None = None,
+def setup_devices(n: int = 8, *, processes: int | str | None = None,
+                  process_id: int | None = None,
                   coordinator: str | None = None, timeout: float = 120.0,
                   verbose: bool = True) -> list:
     """Make ``n`` devices available and return them.
@@ -69,16 +70,18 @@ def setup_devices(n: int = 8, *, processes: int | None = None, process_id: int |
 
     Several processes (a multi-host TPU slice, GPU nodes, or ``python -m tpviz.cluster`` on one
     machine): given ``processes`` and ``process_id`` (or ``TPVIZ_PROCESSES`` and
-    ``TPVIZ_PROCESS_ID`` in the environment, or a cluster JAX detects: SLURM, Open MPI, Cloud
-    TPU), it joins the processes with ``jax.distributed.initialize`` and returns all ``n``
-    devices of all processes, so that meshes span them (see :mod:`tpviz.distributed`). On CPU
+    ``TPVIZ_PROCESS_ID`` in the environment, or a SLURM or Open MPI job; on a Cloud TPU slice
+    ``processes="auto"``), it joins the processes with ``jax.distributed.initialize`` and
+    returns all ``n`` devices of all processes, so that meshes span them (see
+    :mod:`tpviz.distributed`). On CPU
     each process emulates ``n / processes`` devices. To try it on one machine, run
     ``setup_devices(8, processes=2, process_id=0)`` in one terminal and ``process_id=1`` in
     another.
 
     Args:
         n: how many devices the notebook needs (in all processes together).
-        processes: how many processes take part; default: one, unless a launcher says more.
+        processes: how many processes take part; default: one, unless a launcher says more;
+            "auto": as many as JAX's cluster detection finds (a multi-host TPU slice).
         process_id: this process's number, 0 to ``processes - 1``.
         coordinator: process 0's "host:port" (default ``tpviz.distributed.LOOPBACK``).
         timeout: seconds to wait for the coordinator and the other processes.

@@ -58,7 +58,8 @@ CASES = {"X[B_X, D_Y] · W[D_Y, F]": ("X[B_X, D_Y]", "W[D_Y, F]"),
          "X[B_X, D] · W[D, F_Y]": ("X[B_X, D]", "W[D, F_Y]"),
          "X[B_X, D_Y] · W[D, F_Y]": ("X[B_X, D_Y]", "W[D, F_Y]"),
          "X[B, D_X] · W[D_X, F_Y]": ("X[B, D_X]", "W[D_X, F_Y]"),
-         "X[B_X, D_Y] · W[D_Y, F] (gather)": ("X[B_X, D_Y]", "W[D, F]")}
+         "X[B_X, D_Y] · W[D_Y, F] (gather)": ("X[B_X, D_Y]", "W[D, F]"),
+         "X[B_X, D] · W[D_X, F] (FSDP)": ("X[B_X, D]", "W[D_X, F]")}
 
 
 def matmul_rows(shardings: str, b: int, d: int, f: int, system: str, reduce_scatter: bool,
