@@ -68,7 +68,7 @@ LIVE = LiveFigure(
     controls={"devices": Grid([1, 2, 4, 8, 16], "devices N", start=4),
               "hidden": Grid([512, 1024, 2048, 4096, 8192], "hidden H", start=1024),
               "ffn_ratio": Grid([2, 4, 8], "F / H", start=4),
-              "heads": Grid([16, 32], "heads"),
+              "heads": Grid([12, 16, 32], "heads", start=16),
               "tokens": Grid([512, 2048, 8192], "tokens (batch × seq)", start=2048),
               "dtype": Grid(["bf16", "float32"], "dtype")},
     rows=megatron_rows, chart=lambda base: words_and_bars(base, "MiB"))
