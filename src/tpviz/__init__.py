@@ -7,6 +7,7 @@ checker.
 """
 
 from tpviz import (
+    asyncpipe,
     autoshard,
     collectives,
     core,
@@ -22,6 +23,7 @@ from tpviz import (
     together,
     zero,
 )
+from tpviz.asyncpipe import explore_zoo
 from tpviz.autoshard import explore_autoshard
 from tpviz.collectives import explore_collectives
 from tpviz.devices import make_mesh, setup_devices
@@ -45,15 +47,16 @@ TOPICS = (
     "zero",
     "mesh2d",
     "pipeline",
+    "asyncpipe",
     "moe",
     "together",
     "autoshard",
 )
 
-__all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
+__all__ = ["TOPICS", "asyncpipe", "autoshard", "collectives", "core", "errors", "exercises",
            "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
-           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
-           "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
-           "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]
-__all__ += ["explore_network", "explore_roofline", "machines"]  # chapter 2
+           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_network",
+           "explore_pipeline", "explore_roofline", "explore_together", "explore_zero",
+           "explore_zoo", "layouts", "machines", "make_mesh", "matmul", "megatron", "mesh2d",
+           "moe", "pipeline", "setup_devices", "together", "zero"]
 __version__ = "0.2.0"

@@ -34,6 +34,7 @@ def gantt(t: Timeline, ax=None, title: str | None = None,
         fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / height, bottom=0.55 / height)
     base = np.array([to_rgb(c) for c in palette(s.microbatches)])
     shades = {"F": base, "B": base + (1 - base) * 0.55, "W": base * 0.6}
+    shades["BW"] = shades["B"]
     count = sum(len(o) for o in s.ops)
     if count > RASTER_ABOVE:
         _raster(ax, t, shades)
