@@ -4,12 +4,15 @@
 - ``layout``: per-device shapes, bytes and blocks of a sharded array;
 - ``collectives``: one :class:`Collective` type, one ring cost formula per kind;
 - ``compiled``: compile once; read the program's collectives and ``memory_analysis()``;
+- ``hardware``: chips, TPU slices, GPU clusters and the one price of a collective on them;
+  rooflines, thresholds, model specs;
 - ``cost``: systems (FLOP/s, bandwidth, latency) and compute-versus-communication time;
 - ``verify``: comparisons that raise :class:`tpviz.errors.CheckFailed`;
 - ``figures``, ``widgets``: the palette, blocks, PNG and GIF; ``live()`` widgets;
 - ``exercises``: the checker framework (``@checker``, ``Wrong``, ``expect_*``).
 """
 
-from tpviz.core import collectives, compiled, cost, figures, layout, notation, verify
+from tpviz.core import collectives, compiled, cost, figures, hardware, layout, notation, verify
 
-__all__ = ["collectives", "compiled", "cost", "figures", "layout", "notation", "verify"]
+__all__ = ["collectives", "compiled", "cost", "figures", "hardware", "layout", "notation",
+           "verify"]

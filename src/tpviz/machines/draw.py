@@ -17,7 +17,8 @@ def roofline(chip: str = "TPU v5e", dtype: str = "bf16", batches=(16, 64, 240, 1
     peak, ridge = c.peak(dtype), c.ridge(dtype)
     size = 1 if dtype in ("int8", "fp8") else 2
     x = np.logspace(0, 4, 200)
-    fig = figure(3.6, layout="constrained")
+    fig = figure(3.6)
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.15, top=0.9)
     ax = fig.add_subplot()
     lg = np.log10
     ax.plot(lg(x), lg(np.minimum(peak, x * c.hbm_bandwidth)), color=OKABE_ITO[4], lw=2)
@@ -73,9 +74,10 @@ def collective_curve(price, label: str = "", sizes=None, marked: float | None = 
                      ) -> Figure:
     """Seconds of a collective against V (log-log): the latency term, the bandwidth term and
     their sum, from ``price(nbytes)`` (a :class:`tpviz.core.hardware.Price` maker)."""
-    sizes = np.logspace(2, 10, 60) if sizes is None else np.asarray(sizes)
+    sizes = np.logspace(2, 10, 33) if sizes is None else np.asarray(sizes)
     got = [price(v) for v in sizes]
-    fig = figure(3.4, layout="constrained")
+    fig = figure(3.4)
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.16, top=0.9)
     ax = fig.add_subplot()
     lg = np.log10
     x = lg(sizes)
