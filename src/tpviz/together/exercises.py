@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
+from functools import lru_cache
 
 from tpviz.core.exercises import Wrong, as_integer, as_number, checker, expect_number
 from tpviz.errors import TpvizError
 from tpviz.together.memory import activation_bytes
-from tpviz.together.plan import plan
-from tpviz.together.search import cached_best
+from tpviz.together.plan import CLUSTERS, Cluster, Plan, plan
+from tpviz.together.search import best
 
 # GPT-3 175B's layer: s, b, h, a
 S, B, H, A = 2048, 1, 12288, 96
@@ -80,38 +82,58 @@ def check_3d_bubble(answer) -> str:
 
 @checker("Activations of the first stage with full recomputation")
 def check_first_stage(answer) -> str:
-    """Activation bytes on the first stage: GPT-3 175B, t = 8, p = 8, b = 1, full
+    """Activation bytes on the first stage: GPT-3 175B, t = 8, p = 16, b = 1, full
     recomputation, 1F1B with m ≥ p (no sequence parallelism)."""
     got = as_number(answer)
-    per = activation_bytes(S, B, H, A, 8, recompute="full")
-    want = per * (96 // 8) * 8
-    if got == per * 96 // 8:
+    per, layers, p, t = activation_bytes(S, B, H, A, 8, recompute="full"), 96 // 16, 16, 8
+    want = per * layers * p
+    if math.isclose(got, per * layers):
         raise Wrong("that is one microbatch.", "With 1F1B the first stage holds p in flight.")
-    if got == want / 8:
+    if math.isclose(got, want / t):
         raise Wrong("that splits the layer inputs over t.", "Without sequence parallelism "
                     "every tensor-parallel device keeps the whole input.")
-    expect_number(got, want, hint="2sbh per layer × L/p layers × p microbatches.")
+    if math.isclose(got, per * layers * (p - 1)):
+        raise Wrong("that is one microbatch short.", "1F1B's first stage runs p forward "
+                    "passes before its first backward pass.")
+    expect_number(got, want, hint="Count the layers of one stage and the microbatches it "
+                  "holds at its peak.")
     return f"{want / 2**30:.1f} GiB: the same as one microbatch through all 96 layers."
 
 
-@checker("Design: GPT-3 13B on 64 GPUs")
+DESIGN = ("GPT-3 175B", 256, 40e9)  # model, GPUs, bytes per GPU (A100 40GB)
+
+
+def design_cluster() -> Cluster:
+    """PTD-P's cluster (NVLink in a node of 8, InfiniBand between) with 40 GB A100s."""
+    return Cluster("A100 40GB", CLUSTERS["A100 80GB (Selene)"].system, DESIGN[2])
+
+
+@lru_cache(maxsize=1)
+def _design_best() -> Plan:
+    return best(DESIGN[0], design_cluster(), DESIGN[1])
+
+
+@checker("Design: GPT-3 175B on 256 GPUs of 40 GB")
 def check_3d_design(config) -> str:
     """``config``: dict(t, p, d, microbatch, zero_stage, recompute, sequence_parallel) for
-    GPT-3 13B on 64 A100 80GB GPUs; it must fit and be within 3% of the planner's best."""
+    GPT-3 175B on 256 A100 40GB GPUs; it must fit in 40 GB and be within 3% of the fastest
+    configuration that does."""
     if not isinstance(config, dict):
         raise Wrong("give a dict with keys t, p, d, microbatch, zero_stage, recompute, "
                     "sequence_parallel.")
     try:
-        mine = plan("GPT-3 13B", "A100 80GB (Selene)", **config)
+        mine = plan(DESIGN[0], design_cluster(), **config)
     except (TpvizError, TypeError, ValueError) as e:
         raise Wrong(f"that configuration cannot be planned: {e}") from None
-    if mine.devices != 64:
-        raise Wrong(f"t·p·d = {mine.devices}, not 64.")
+    if mine.devices != DESIGN[1]:
+        raise Wrong(f"t·p·d = {mine.devices}, not {DESIGN[1]}.")
     if not mine.fits:
-        raise Wrong(f"it needs {mine.total_memory / 1e9:.0f} GB per GPU.",
-                    "Recompute, shard the optimizer (ZeRO) or split the model further.")
-    best = cached_best("GPT-3 13B", "A100 80GB (Selene)", 64)
-    if mine.step_s > 1.03 * best.step_s:
-        raise Wrong(f"it fits, but a step takes {mine.step_s:.2f} s; {best.step_s:.2f} s is "
-                    "possible.", "Compare the bubble, the tensor all-reduces and recomputation.")
-    return f"{mine.step_s:.2f} s per step, MFU {mine.mfu:.0%}, {mine.total_memory / 1e9:.0f} GB."
+        raise Wrong(f"it needs {mine.total_memory / 1e9:.1f} GB per GPU, more than the "
+                    "40 GB these GPUs have.", "The preset cluster has 80 GB: plan against "
+                    "one with 40 GB, then recompute, shard the optimizer or split further.")
+    fastest = _design_best()
+    if mine.step_s > 1.03 * fastest.step_s:
+        raise Wrong(f"it fits, but a step takes {mine.step_s:.1f} s; "
+                    f"{fastest.step_s:.1f} s is possible.",
+                    "Compare the bubble, the tensor all-reduces and recomputation.")
+    return f"{mine.step_s:.1f} s per step, MFU {mine.mfu:.0%}, {mine.total_memory / 1e9:.1f} GB."

@@ -14,8 +14,9 @@ global batch B sequences, microbatch b and m = B/(d·b) microbatches per pipelin
   plus its tensor-parallel all-reduces and pipeline sends (exposed, as in Megatron-LM), so the
   bubble is (p-1)/(m+p-1) of it (:func:`tpviz.pipeline.bubble_formula`), then the data axis's
   gradient reduction after the flush (exposed);
-- MFU: model FLOPs 72·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)) (PTD-P's count, without
-  recomputation) over (step time × devices × peak FLOP/s).
+- MFU: model FLOPs 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) (PTD-P's count, eq. 3, without
+  the recomputed forward pass: its 96·(… + V/(16·L·h)) counts the layers 4 times but the output
+  layer 3 times) over (step time × devices × peak FLOP/s).
 
 Compute runs at ``efficiency`` × peak, an assumption (large bf16 matmuls reach about that); the
 model has no penalty for small matmuls, no overlap of communication and no interleaving.
@@ -57,9 +58,11 @@ class Model:
         return 12 * self.layers * h * h + 13 * self.layers * h + (self.vocab + self.seq) * h
 
     def flops(self, batch: int | None = None) -> float:
-        """Model FLOPs of one step, 72·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)) (no recomputation)."""
+        """Model FLOPs of one step, 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)): forward 24·B·s·h² +
+        4·B·s²·h per layer and 2·B·s·h·V for the logits, times 3 (forward and backward), with no
+        recomputation (PTD-P's eq. 3 with recomputation has 96 and V/(16·L·h))."""
         B, s, L, h = batch or self.batch, self.seq, self.layers, self.hidden
-        return 72 * B * s * L * h * h * (1 + s / (6 * h) + self.vocab / (16 * L * h))
+        return 72 * B * s * L * h * h * (1 + s / (6 * h) + self.vocab / (12 * L * h))
 
 
 # GPT-3 sizes (Brown et al. 2020, Table 2.1; 13B's width 5140 there is 40 heads × 128 = 5120) and
