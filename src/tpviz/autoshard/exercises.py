@@ -62,6 +62,9 @@ def check_gelu_layout(notation: str) -> str:
     except NotationError as e:
         raise Wrong(f"cannot read {notation!r}: {e}", "Write it like 'A[B_X, F]'.") from None
     got = parsed.spec
+    if parsed.name not in ("A", "Tmp"):
+        raise Wrong(f"{parsed.name} names another array; the gelu's is the MLP's hidden "
+                    "activation.", "Use the book's name for it, or the generic A.")
     s = solve(mlp(1024, 8192, 32768), {"X": 8}, SYSTEM).choice["gelu.1"]
     if got == s.out_spec and tuple(parsed.dims) != ("B", "F"):
         raise Wrong(f"the layout is right, but the gelu's array is [B, F] (it follows the first "
@@ -149,8 +152,8 @@ def _switch_point() -> int:
 @checker("Where the solver switches to data parallelism")
 def check_switch_batch(batch) -> str:
     """The batch (tokens) B* at which data parallelism starts to beat Megatron for the MLP with
-    H = 768, F = 3072 on 8 devices: the solver's switch point F* (found by bisection over
-    multiples of N), accepted within [F*, F* + N] (one step of the bisection's grid of N rows)."""
+    H = 768, F = 3072 on 8 devices: exactly the solver's switch point (found by bisection over
+    multiples of N; the two schemes tie there)."""
     got = as_number(batch, "B*")
     switch, n = _switch_point(), SWITCH["devices"]
     hint = "Set Megatron's 2·B·H (activations) equal to data parallelism's 2·H·F (weights)."
@@ -159,6 +162,9 @@ def check_switch_batch(batch) -> str:
     if got > switch + n:
         raise Wrong(f"at B = {got:,.0f} the solver already uses data parallelism; B* is "
                     "smaller.", hint)
+    if got != switch:
+        raise Wrong(f"B = {got:,.0f} is close, but not where the two schemes cost the same.",
+                    "Derive B* from the two traffic formulas rather than by trying values.")
     return f"Below {switch:,} tokens Megatron, from there data parallelism: B* = F."
 
 
