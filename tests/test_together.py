@@ -169,3 +169,62 @@ def test_design_checker_needs_the_40gb_memory():
     # fits, but slow: full recomputation everywhere
     slow = best(model, forty, gpus, recompute=("full",))
     assert "possible" in _message(ex.check_3d_design, _config(slow))
+
+
+def test_check_grid_mlp(capsys, monkeypatch):
+    import jax
+
+    def right(x, w1, w2):
+        return jax.lax.psum(jax.nn.gelu(x @ w1) @ w2, "tensor")
+
+    ex.check_grid_mlp(right)
+    assert "✓" in capsys.readouterr().out
+    # summed over both axes: the other data shard's output added
+    assert "over the data axis" in _message(ex.check_grid_mlp, lambda x, w1, w2: jax.lax.psum(
+        jax.nn.gelu(x @ w1) @ w2, ("data", "tensor")))
+
+    def gathered(x, w1, w2):  # the weights gathered whole: right values, more traffic
+        w1 = jax.lax.all_gather(w1, "tensor", axis=1, tiled=True)
+        w2 = jax.lax.all_gather(w2, "tensor", axis=0, tiled=True)
+        return jax.nn.gelu(x @ w1) @ w2
+
+    assert "gathers" in _message(ex.check_grid_mlp, gathered)
+    # the partial sums never added
+    assert "wrong values" in _message(ex.check_grid_mlp, lambda x, w1, w2: jax.nn.gelu(
+        x @ w1) @ w2)
+
+    def twice(x, w1, w2):  # a reduce-scatter, then an all-gather: two collectives for one
+        y = jax.nn.gelu(x @ w1) @ w2
+        part = jax.lax.psum_scatter(y, "tensor", scatter_dimension=1, tiled=True)
+        return jax.lax.all_gather(part, "tensor", axis=1, tiled=True)
+
+    assert "gathers" in _message(ex.check_grid_mlp, twice)
+    assert "raised" in _message(ex.check_grid_mlp, lambda x, w1, w2: 1 / 0)
+    monkeypatch.setattr("tpviz.core.exercises.TIME_LIMIT_S", 1)
+
+    def endless(x, w1, w2):
+        while True:
+            pass
+
+    assert "was stopped" in _message(ex.check_grid_mlp, endless)
+
+
+def test_check_grid_reduce_scatter(capsys):
+    import jax
+
+    ex.check_grid_reduce_scatter(lambda g: jax.lax.psum_scatter(g, "data", tiled=True))
+    assert "✓" in capsys.readouterr().out
+
+    def all_reduced(g):  # right values through an all-reduce and a slice: 2× the bytes
+        r = jax.lax.axis_index("data")
+        return jax.lax.dynamic_slice_in_dim(jax.lax.psum(g, "data"), r * 4, 4, axis=0)
+
+    assert "twice the bytes" in _message(ex.check_grid_reduce_scatter, all_reduced)
+    assert "half" in _message(ex.check_grid_reduce_scatter,
+                              lambda g: jax.lax.psum(g, "data"))  # keeps every row
+    def by_columns(g):  # scattered along the other dimension, then reshaped to fit
+        return jax.lax.psum_scatter(g, "data", scatter_dimension=1, tiled=True).reshape(4, 8)
+
+    assert "wrong values" in _message(ex.check_grid_reduce_scatter, by_columns)
+    assert "shape" in _message(ex.check_grid_reduce_scatter,  # summed over tensor instead
+                               lambda g: jax.lax.psum_scatter(g, "tensor", tiled=True))
