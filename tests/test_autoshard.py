@@ -351,10 +351,29 @@ def test_check_edge_constraints(capsys):
     passes(ex.check_edge_constraints, _constraints, capsys=capsys)
     passes(ex.check_edge_constraints, lambda a, b: _constraints(a, b, False, True, True),
            capsys=capsys)  # Alpa's form: e ≤ s_u, e ≤ s_v, Σ e = 1
+    # run inside the whole ILP against brute force: e escapes, the optimum looks cheaper
     fails(ex.check_edge_constraints, lambda a, b: _constraints(a, b, False, False, True),
-          words="also allow")  # no Σ e = 1: e = 0 is allowed
+          words="below the best possible")  # no Σ e = 1: e = 0 is allowed
     fails(ex.check_edge_constraints, lambda a, b: _constraints(a, b, False, True, False),
-          words="also allow")  # only Σ e = 1
+          words="below the best possible")  # only Σ e = 1
+
+    def rows_only(nu, nv):  # Σ_j e[i, j] = s_u[i] alone: e may pick any consumer strategy
+        a, lo, hi = _constraints(nu, nv)
+        return a[:nu], lo[:nu], hi[:nu]
+
+    fails(ex.check_edge_constraints, rows_only, words="below the best possible")
+
+    def diagonal(nu, nv):  # also forces e[i, j] = 0 for i ≠ j: some pairs forbidden
+        a, lo, hi = (list(x) for x in _constraints(nu, nv))
+        n = nu + nv + nu * nv
+        for i, j in itertools.product(range(nu), range(nv)):
+            if i != j:
+                r = np.zeros(n)
+                r[nu + nv + i * nv + j] = 1
+                a, lo, hi = [*a, r], [*lo, 0], [*hi, 0]
+        return np.array(a), np.array(lo), np.array(hi)
+
+    fails(ex.check_edge_constraints, diagonal, words="forbid|no choice")
     fails(ex.check_edge_constraints, lambda a, b: (np.zeros((1, 3)), [0], [0]), words="columns")
     fails(ex.check_edge_constraints, lambda a, b: 1 / 0, words="ZeroDivisionError")
 
@@ -428,3 +447,25 @@ def test_solver_status_is_checked(monkeypatch):
             status=s, x=None, message="stubbed"))
         with pytest.raises(error, match=words):
             auto.solve(g, {"X": 8}, H100)
+
+
+MEGATRON = dict(x=P(), w1=P(None, "X"), h=P(None, "X"), w2=P("X", None), y=P())
+
+
+def test_check_megatron_shardings(capsys):
+    from tpviz.autoshard.builds import check_megatron_shardings, planned
+
+    assert auto.is_megatron(planned())  # the solver's own choice at these sizes
+    passes(check_megatron_shardings, lambda: dict(MEGATRON), capsys=capsys)
+    # data parallelism: every device holds the whole weights
+    fails(check_megatron_shardings, lambda: dict(x=P("X", None), w1=P(), h=P("X", None),
+                                                 w2=P(), y=P()), words="whole W1")
+    # the weights split the other way round: right values, other collectives
+    fails(check_megatron_shardings, lambda: {**MEGATRON, "w1": P("X", None),
+                                             "w2": P(None, "X")}, words="right values")
+    # the hidden layer gathered between the matmuls
+    fails(check_megatron_shardings, lambda: {**MEGATRON, "h": P()}, words="gathers")
+    # y left split over the devices
+    fails(check_megatron_shardings, lambda: {**MEGATRON, "y": P(None, "X")}, words="split")
+    fails(check_megatron_shardings, lambda: [P()] * 5, words="dict")
+    fails(check_megatron_shardings, lambda: 1 / 0, words="ZeroDivisionError")

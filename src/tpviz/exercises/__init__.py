@@ -3,6 +3,7 @@
 The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpviz.core.exercises`.
 """
 
+from tpviz.autoshard.builds import check_megatron_shardings
 from tpviz.autoshard.exercises import (
     check_column_parallel_bytes,
     check_edge_bytes,
@@ -135,6 +136,7 @@ __all__ = [
     "check_latency_crossover",
     "check_layer_activations",
     "check_matmul_design",
+    "check_megatron_shardings",
     "check_mesh_design",
     "check_microbatches",
     "check_one_f_one_b",
