@@ -33,6 +33,8 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # Scripts the book serves from its own files (no CDN): Vega for the live figures (Vega-Lite the
 # version the installed Altair writes) and MathJax 3, fetched from npm at build time.
 VENDOR := _build/vendor
+# npm's own tree stays outside the folder the site copies (only the built scripts are served)
+NPM := _build/npm
 VENDOR_STAMP := $(VENDOR)/.vendored
 CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome || echo /usr/bin/chromium)
 
@@ -47,11 +49,12 @@ $(STAMP): requirements.txt pyproject.toml
 
 $(VENDOR_STAMP): $(STAMP) Makefile
 	@command -v npm >/dev/null || { echo "make book needs npm (apt-get install npm)"; exit 1; }
-	@mkdir -p $(VENDOR)/npm $(VENDOR)/vega
-	npm install --silent --no-audit --no-fund --prefix $(VENDOR)/npm vega@6 vega-embed@7 \
+	@mkdir -p $(NPM) $(VENDOR)/vega
+	npm install --silent --no-audit --no-fund --prefix $(NPM) vega@6 vega-embed@7 \
 	  mathjax@3 vega-lite@$$($(BIN)/python -c "import altair; print(altair.SCHEMA_VERSION[1:])")
-	cp $(VENDOR)/npm/node_modules/vega/build/vega.min.js $(VENDOR)/npm/node_modules/vega-lite/build/vega-lite.min.js $(VENDOR)/npm/node_modules/vega-embed/build/vega-embed.min.js $(VENDOR)/vega/
-	rm -rf $(VENDOR)/mathjax && cp -r $(VENDOR)/npm/node_modules/mathjax/es5 $(VENDOR)/mathjax
+	cp $(NPM)/node_modules/vega/build/vega.min.js $(NPM)/node_modules/vega-lite/build/vega-lite.min.js $(NPM)/node_modules/vega-embed/build/vega-embed.min.js $(VENDOR)/vega/
+	rm -rf $(VENDOR)/mathjax && cp -r $(NPM)/node_modules/mathjax/es5 $(VENDOR)/mathjax
+	@rm -rf $(VENDOR)/npm  # an older layout kept node_modules here, inside the site
 	@touch $@
 
 book: $(STAMP) $(VENDOR_STAMP)

@@ -15,8 +15,11 @@ import re
 import pytest
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-# a chapter imports torch itself, or tpviz's PyTorch runner (tpviz.collectives.torch_run)
-IMPORTS_TORCH = re.compile(r"^\s*(import torch|from torch[\s.])|\btorch_run\b", re.MULTILINE)
+# a chapter imports torch itself, tpviz's PyTorch runner (tpviz.collectives.torch_run, the
+# launcher tpviz.core.launch) or the PyTorch topic (tpviz.pytorch, chapter 13)
+IMPORTS_TORCH = re.compile(r"^\s*(import torch|from torch[\s.])|\btorch_run\b"
+                           r"|\btpviz\.core\.launch\b|\btpviz\.pytorch\b"
+                           r"|from tpviz(\.core)? import .*\b(pytorch|launch)\b", re.MULTILINE)
 TORCH_FIXTURES = {"tr"}  # tests/test_collectives.py: the torch_run module, imported on demand
 
 

@@ -81,7 +81,7 @@ BAD = [
     # pipeline plans
     (lambda: pipeline.schedule("1f1b", 4096, 8192), ScheduleError, "67,108,864 ops"),
     (lambda: pipeline.schedule("1F1B", 4, 8), ScheduleError, "Did you mean '1f1b'"),
-    (lambda: pipeline.schedule("pipedream", 4, 8), ScheduleError, "name = 'pipedream'"),
+    (lambda: pipeline.schedule("pipedream-3bw", 4, 8), ScheduleError, "name = 'pipedream-3bw'"),
     (lambda: pipeline.schedule("gpipe", 4.0, 8), TypeError, "stages must be an integer"),
     (lambda: pipeline.schedule("gpipe", 4, 0), ScheduleError, "microbatches must be a positive"),
     (lambda: pipeline.schedule("gpipe", 4, 8, 2), ScheduleError, "use 'interleaved'"),

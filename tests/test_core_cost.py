@@ -20,8 +20,11 @@ def test_presets_follow_the_definition_of_w():
                                                                rel=1e-3)
     # one 400 Gb/s InfiniBand link per GPU, one direction
     assert s["H100 cluster (NVLink + InfiniBand)"].between_nodes == 400e9 / 8
-    # no cited per-step latency: none assumed
-    assert all(system.latency == 0 for system in s.values())
+    # cited latencies: ~1 µs per ICI hop (the Scaling Book), 0.6 µs per NVLink ring step
+    # and 2.7 µs per network step (NCCL's ring/LL tuning model)
+    assert s["TPU v5e (ICI)"].latency == 1e-6
+    assert s["H100 cluster (NVLink + InfiniBand)"].latency == 0.6e-6
+    assert s["H100 cluster (NVLink + InfiniBand)"].network_latency == 2.7e-6
 
 
 def test_estimate_adds_latency_per_step():
@@ -30,3 +33,14 @@ def test_estimate_adds_latency_per_step():
     e = cost.estimate(2e9, [ar], system)
     assert e.compute_s == pytest.approx(2e-3)
     assert e.comm_s == pytest.approx(14e-6 + 14_000 / 1e9)
+
+
+def test_presets_price_through_the_hardware_model():
+    # a v5e group of 16 on one torus axis with wraparound: 8 hops, (15/16) V over 2 links
+    tpu = cost.SYSTEMS["TPU v5e (ICI)"]
+    ag = Collective("all-gather", 16_000_000, 16)
+    assert ag.time(tpu) == pytest.approx(8e-6 + 15 / 16 * 16e6 / 9e10)
+    # 16 H100s in two full nodes: NVLink (7/8 V at 450 GB/s) bounds, not the NICs (V/2 at 400)
+    gpu = cost.SYSTEMS["H100 cluster (NVLink + InfiniBand)"]
+    p = gpu.price(ag)
+    assert p.bandwidth_s == pytest.approx(7 / 8 * 16e6 / 4.5e11) and p.bound == "NVLink"

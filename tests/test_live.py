@@ -8,7 +8,8 @@ from tpviz.core import live
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.errors import ArgumentError
 
-TOPICS = ["layouts", "matmul", "megatron", "mesh2d", "pipeline", "zero", "moe", "autoshard"]
+TOPICS = ["layouts", "machines", "matmul", "megatron", "mesh2d", "pipeline", "asyncpipe", "zero",
+          "moe", "autoshard"]
 
 
 def _figure(**kw):

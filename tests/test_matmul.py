@@ -93,7 +93,9 @@ def test_cost_model_crossover_from_the_formula():
         p = matmul.plan((b, d), (d, f), "In[B, D_X]", "W1[D_X, F]", {"X": n}, dtype="bf16")
         e = cost.estimate(p.flops, p.collectives, system)
         assert e.compute_s == pytest.approx(2 * b * d * f / n / system.flops)
-        assert e.comm_s == pytest.approx(2 * (n - 1) / n * 2 * b * f / system.bandwidth)  # ring
+        # a bidirectional ring with wraparound: 2 (n-1)/n V / W, and n/2 hops of 1 µs twice
+        assert e.comm_s == pytest.approx(2 * (n - 1) / n * 2 * b * f / system.bandwidth
+                                         + 2 * (n // 2) * 1e-6)
         assert e.bound == bound
         assert e.overlapped_s == max(e.compute_s, e.comm_s)
 

@@ -96,7 +96,7 @@ def test_every_op_runs_once_and_after_its_inputs():
 
 @pytest.mark.parametrize(
     ("args", "words"),
-    [(("pipedream", 4, 8), "not one of the choices: 'naive', 'gpipe', '1f1b', 'interleaved'"),
+    [(("pipedreem", 4, 8), "not one of the choices: 'naive', 'gpipe', '1f1b', 'interleaved'"),
      (("interleaved", 4, 6, 2), "multiple of 4"),
      (("gpipe", 0, 8), "stages must be a positive integer"),
      (("1f1b", 4, -1), "microbatches must be a positive integer"),

@@ -7,12 +7,14 @@ checker.
 """
 
 from tpviz import (
+    asyncpipe,
     autoshard,
     collectives,
     core,
     errors,
     exercises,
     layouts,
+    machines,
     matmul,
     megatron,
     mesh2d,
@@ -21,10 +23,12 @@ from tpviz import (
     together,
     zero,
 )
+from tpviz.asyncpipe import explore_zoo
 from tpviz.autoshard import explore_autoshard
 from tpviz.collectives import explore_collectives
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
+from tpviz.machines import explore_network, explore_roofline
 from tpviz.matmul import explore_matmul
 from tpviz.megatron import explore_megatron
 from tpviz.mesh2d import explore_mesh2d
@@ -37,19 +41,22 @@ from tpviz.zero import explore_zero
 TOPICS = (
     "layouts",
     "collectives",
+    "machines",
     "matmul",
     "megatron",
     "zero",
     "mesh2d",
     "pipeline",
+    "asyncpipe",
     "moe",
     "together",
     "autoshard",
 )
 
-__all__ = ["TOPICS", "autoshard", "collectives", "core", "errors", "exercises",
+__all__ = ["TOPICS", "asyncpipe", "autoshard", "collectives", "core", "errors", "exercises",
            "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
-           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
-           "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
-           "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]
+           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_network",
+           "explore_pipeline", "explore_roofline", "explore_together", "explore_zero",
+           "explore_zoo", "layouts", "machines", "make_mesh", "matmul", "megatron", "mesh2d",
+           "moe", "pipeline", "setup_devices", "together", "zero"]
 __version__ = "0.2.0"

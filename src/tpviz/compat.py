@@ -126,3 +126,52 @@ def widget_bundle(widget) -> dict:
         "text/plain": repr(widget)[:110],
         WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": widget.model_id},
     }
+
+
+# --- several processes (jax.distributed) ------------------------------------------------------
+
+def cluster_environment() -> tuple[str, int, int] | None:
+    """``(name, processes, process_id)`` of the cluster JAX's own detection finds (SLURM, Open
+    MPI, Cloud TPU, Kubernetes; not the opt-in mpi4py one), or None.
+
+    No public API asks without initializing; ``jax._src.clusters.ClusterEnv._cluster_types`` and
+    each type's ``is_env_present``, ``get_process_count`` and ``get_process_id`` exist in JAX
+    0.7.2 and 0.10.2 (checked). Should they go, None: pass the processes to setup_devices.
+    """
+    try:
+        from jax._src.clusters import ClusterEnv
+
+        for env in ClusterEnv._cluster_types:
+            if not getattr(env, "opt_in_only_method", False) and env.is_env_present():
+                return env.__name__, int(env.get_process_count()), int(env.get_process_id())
+    except Exception:  # private API moved, or a detector that fails outside its cluster
+        return None
+    return None
+
+
+def distributed_started() -> bool:
+    """Whether ``jax.distributed.initialize`` has run in this process (JAX 0.7.2 to 0.12:
+    ``jax.distributed.is_initialized``)."""
+    return bool(jax.distributed.is_initialized())
+
+
+def use_gloo() -> None:
+    """CPU collectives between processes over gloo (``jax_cpu_collectives_implementation``, in
+    JAX 0.7.2 and 0.10.2); without it XLA's CPU backend cannot reach another process."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+
+def start_distributed(coordinator, processes, process_id, timeout: int) -> None:
+    """``jax.distributed.initialize`` with an ``initialization_timeout`` in seconds (the same
+    keywords in JAX 0.7.2 and 0.10.2); None lets JAX's cluster detection choose."""
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=processes,
+                               process_id=process_id, initialization_timeout=timeout)
+
+
+def gather_to_host(x):
+    """A ``jax.Array`` that spans processes as one NumPy array on every process
+    (``jax.experimental.multihost_utils.process_allgather(x, tiled=True)``, JAX 0.7.2 to 0.12).
+    Every process must call it, in the same order: it is a collective."""
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(x, tiled=True)

@@ -6,13 +6,16 @@ are present, else ``n`` emulated CPU devices (XLA's host platform split into ``n
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import jax
 from jax.sharding import AxisType, Mesh
 
-from tpviz import compat
+from tpviz import compat, distributed
 from tpviz.core import validate
 from tpviz.errors import DeviceSetupError, ShardingError
 
@@ -55,15 +58,30 @@ def _fallback_line(n: int, accelerators: Sequence) -> str:
     return line + "."
 
 
-def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
+def setup_devices(n: int = 8, *, processes: int | None = None, process_id: int | None = None,
+                  coordinator: str | None = None, timeout: float = 120.0,
+                  verbose: bool = True) -> list:
     """Make ``n`` devices available and return them.
 
     Uses real accelerators (GPU or TPU) when at least ``n`` are present; otherwise ``n`` emulated
     CPU devices, also on a GPU/TPU runtime with fewer than ``n`` chips. Call it before any JAX
     computation runs: importing ``jax`` first is fine, computing something is not.
 
+    Several processes (a multi-host TPU slice, GPU nodes, or ``python -m tpviz.cluster`` on one
+    machine): given ``processes`` and ``process_id`` (or ``TPVIZ_PROCESSES`` and
+    ``TPVIZ_PROCESS_ID`` in the environment, or a cluster JAX detects: SLURM, Open MPI, Cloud
+    TPU), it joins the processes with ``jax.distributed.initialize`` and returns all ``n``
+    devices of all processes, so that meshes span them (see :mod:`tpviz.distributed`). On CPU
+    each process emulates ``n / processes`` devices. To try it on one machine, run
+    ``setup_devices(8, processes=2, process_id=0)`` in one terminal and ``process_id=1`` in
+    another.
+
     Args:
-        n: how many devices the notebook needs.
+        n: how many devices the notebook needs (in all processes together).
+        processes: how many processes take part; default: one, unless a launcher says more.
+        process_id: this process's number, 0 to ``processes - 1``.
+        coordinator: process 0's "host:port" (default ``tpviz.distributed.LOOPBACK``).
+        timeout: seconds to wait for the coordinator and the other processes.
         verbose: print one line saying which devices were chosen.
 
     Returns:
@@ -71,10 +89,20 @@ def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
 
     Raises:
         DeviceSetupError: ``n`` is not a positive integer, or JAX already started with a
-            different device set (restart the kernel and call this first).
+            different device set (restart the kernel and call this first); with several
+            processes also: the coordinator not reached in ``timeout`` seconds, processes that
+            ask for different device counts, or a second call in the same process.
     """
     n = validate.integer("setup_devices: n", n, fix="For example tpviz.setup_devices(8).",
                          error=DeviceSetupError)
+    distributed.refuse_second_call()
+    launch = distributed.requested(processes, process_id, coordinator)
+    if launch is not None:
+        timeout = validate.number("setup_devices: timeout", timeout, positive=True,
+                                  error=DeviceSetupError)
+        distributed.initialize(launch, n, not _has_accelerators_env(), timeout)
+    if launch is not None or compat.distributed_started():
+        return _global_devices(n, verbose)
     if not compat.backends_started():
         if n > MAX_CPU_DEVICES and not _has_accelerators_env():
             raise DeviceSetupError(
@@ -104,6 +132,59 @@ def setup_devices(n: int = 8, *, verbose: bool = True) -> list:
     if verbose:
         print(line)
     return list(chosen)
+
+
+def _global_devices(n: int, verbose: bool) -> list:
+    """Every process's devices, after ``jax.distributed.initialize``; each process must bring
+    the same number, ``n`` in all."""
+    found = jax.devices()
+    accelerators = [d for d in found if d.platform != "cpu"]
+    chosen = accelerators or found
+    per = Counter(d.process_index for d in chosen)
+    if len(set(per.values())) > 1 or len(chosen) != n:
+        counts = ", ".join(f"process {p}: {k}" for p, k in sorted(per.items()))
+        raise DeviceSetupError(
+            f"setup_devices({n}) across {jax.process_count()} processes: they hold "
+            f"{len(chosen)} {chosen[0].platform.upper()} devices ({counts}). A multi-process run "
+            f"uses every device and each process must bring the same number: call "
+            f"setup_devices({len(chosen)}) if the counts are equal, else give every host the "
+            "same devices.")
+    _chosen[:] = chosen
+    if verbose:
+        print(f"tpviz: process {jax.process_index()} of {jax.process_count()}; using "
+              f"{_describe(chosen)}, {per[jax.process_index()]} in each process "
+              f"({_names(chosen)}).")
+    return list(chosen)
+
+
+def local_device():
+    """A device of :func:`chosen_devices` that this process holds: where a single-device
+    reference runs (with several processes, ``chosen_devices()[0]`` may be another process's)."""
+    mine = {d.id for d in jax.local_devices()}
+    return next((d for d in chosen_devices() if d.id in mine), jax.local_devices()[0])
+
+
+def spread(devices: Sequence) -> list:
+    """``devices`` taken from each process in turn (process 0's first, process 1's first, ...,
+    then the second of each): any ``k`` of the result span ``min(k, processes)`` processes, so
+    a mesh of fewer devices than the cluster still crosses processes. One process: unchanged."""
+    by_process: dict[int, list] = {}
+    for d in devices:
+        by_process.setdefault(d.process_index, []).append(d)
+    rounds = itertools.zip_longest(*by_process.values())
+    return [d for group in rounds for d in group if d is not None]
+
+
+@contextmanager
+def using(devices: Sequence):
+    """Within the ``with`` block, :func:`chosen_devices` returns ``devices`` (in that order);
+    afterwards, what it returned before."""
+    before = list(_chosen)
+    _chosen[:] = list(devices)
+    try:
+        yield list(devices)
+    finally:
+        _chosen[:] = before
 
 
 def chosen_devices() -> list:

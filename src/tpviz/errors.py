@@ -61,7 +61,7 @@ class CheckFailed(TpvizError, AssertionError):
 
 
 class WorkerError(TpvizError, ValueError, RuntimeError):
-    """A worker process (``tpviz.collectives.torch_run.launch``) raised or died."""
+    """A worker process (``tpviz.core.launch.launch``) raised or died."""
 
 
 class WorkerTimeout(WorkerError, TimeoutError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -19,7 +20,11 @@ SHOTS = ROOT / "_build" / "screenshots"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]
 LIVE_CHECK = (Path(__file__).parent / "live_check.js").read_text()
-BUDGET_MS = 50  # a live figure updates within this after a control moves
+PAGE_CHECK = (Path(__file__).parent / "page_check.js").read_text()
+BUDGET_MS = 50  # a live figure updates within this after a control moves (input to next frame)
+# a static figure this wide or narrower must be shown at >= 0.8 of its width at 1280 px (wider
+# ones: dense charts a reader enlarges with a click, tpviz-figures.js)
+MAX_FIGURE_PX = 1000
 
 
 def chromium_path() -> str:
@@ -62,10 +67,10 @@ def book_url():
     server.shutdown()
 
 
-def open_page(browser, url: str):
-    """Open ``url``; returns (page, problems): console errors, page errors, failed requests
-    (requests to other hosts fail: the book must need none)."""
-    page = browser.new_page(viewport={"width": 1200, "height": 900})
+def open_page(browser, url: str, width: int = 1280):
+    """Open ``url`` in a window ``width`` px wide; returns (page, problems): console errors,
+    page errors, failed requests (requests to other hosts fail: the book must need none)."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
     problems: list[str] = []
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
             if m.type == "error" else None)
@@ -78,6 +83,41 @@ def open_page(browser, url: str):
         "data:") else route.abort())
     page.goto(url, wait_until="load")
     return page, problems
+
+
+def measure_page(page) -> dict:
+    """What the reader sees (page_check.js): live chart widths, cut text, contrast, static
+    figures' scale and alt text, code cells that scroll sideways."""
+    return page.evaluate(PAGE_CHECK)
+
+
+def page_problems(seen: dict, phone: bool = False) -> list[str]:
+    """The reader-facing problems in :func:`measure_page`'s result (empty: none). On a phone
+    (``phone``) figures may be scaled down and code may scroll; nothing may overflow."""
+    bad = []
+    for f in seen["live"]:
+        if f["chart"] > f["container"] + 1:
+            bad.append(f"{f['name']}: chart {f['chart']:.0f} px in a {f['container']:.0f} px box")
+        if f["truncated"]:
+            bad.append(f"{f['name']}: text cut with '…': {f['truncated'][:2]}")
+        if f["lowContrast"]:
+            bad.append(f"{f['name']}: text under 4.5:1 contrast: {f['lowContrast']}")
+        if f["paleMarks"]:
+            bad.append(f"{f['name']}: marks under 3:1 against the background: {f['paleMarks']}")
+        if not f["label"].strip():
+            bad.append(f"{f['name']}: the chart has no aria-label")
+    for i in seen["images"]:
+        if not i["alt"].strip() or re.search(r"[/\\]|\.(png|gif|svg|jpe?g)$", i["alt"]):
+            bad.append(f"image {i['src']}: alt text {i['alt']!r} is not a description")
+        if not phone and i["shown"] < 0.8 * min(i["natural"], MAX_FIGURE_PX):
+            bad.append(f"image {i['src']}: shown at {i['shown'] / i['natural']:.2f} of its "
+                       f"{i['natural']} px")
+    code = seen["code"]
+    if not phone and code["total"] and code["scrolling"] > 0.1 * code["total"]:
+        bad.append(f"{code['scrolling']} of {code['total']} code cells scroll sideways")
+    if seen["wideOutputs"]:
+        bad.append(f"{seen['wideOutputs']} outputs wider than the column")
+    return bad
 
 
 def check_live(page) -> list[dict]:

@@ -1,11 +1,13 @@
 // Moves every control of every live figure on the page (tpviz-live.js keeps the views in
 // window.tpvizLive) and reports, per control, whether the figure changed and how long the
-// update took (from the input event until the view has re-run and redrawn its SVG).
+// update took: from the input event until the browser has painted the frame after the view
+// re-ran and redrew its SVG (what the reader waits). A figure's first move is reported apart.
 async (budgetTries) => {
   await window.tpvizLiveReady;
   const results = [];
   // the drawing without the ids Vega numbers afresh on each redraw (clip paths, gradients)
-  const svgOf = (fig) => fig.div.querySelector("svg").outerHTML.replace(/(id="|url\(#|href="#)[^")]*/g, "");
+  const svgOf = (fig) => (fig.div.querySelector(".tpviz-notes") || {}).textContent +
+    fig.div.querySelector("svg").outerHTML.replace(/(id="|url\(#|href="#)[^")]*/g, "");
   const controlsOf = (fig) => Array.from(fig.div.querySelectorAll(".vega-bindings select, " +
     ".vega-bindings input"));
   const valuesOf = (el) => el.tagName === "SELECT"
@@ -18,10 +20,22 @@ async (budgetTries) => {
     if (el.tagName === "SELECT") { el.selectedIndex = value; el.dispatchEvent(new Event("change")); }
     else { el.value = value; el.dispatchEvent(new Event("input")); el.dispatchEvent(new Event("change")); }
     await fig.view.runAsync();
+    await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
     return performance.now() - t0;
   }
   for (const fig of window.tpvizLive) {
     const controls = controlsOf(fig);
+    // the first move on a fresh page: the first control to a value it does not start at
+    if (controls.length) {
+      const el = controls[0], start = current(el);
+      const other = valuesOf(el).find((v) => v !== start);
+      if (other !== undefined) {
+        const ms = await set(fig, el, other);
+        await set(fig, el, start);
+        results.push({ figure: fig.name, control: "(first move)", changed: true, first: true,
+                       ms: [ms], restored: true });
+      }
+    }
     if (controls.length === 0) results.push({ figure: fig.name, control: null, changed: false, ms: [] });
     for (const el of controls) {
       const name = (el.closest(".vega-bind") || el.parentElement).textContent.trim() || el.name;

@@ -20,7 +20,7 @@ from tpviz.autoshard.graph import Graph, Op
 from tpviz.autoshard.solve import Solution
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collectives
-from tpviz.devices import chosen_devices
+from tpviz.devices import local_device
 from tpviz.errors import ArgumentError, ShardingError
 
 
@@ -167,11 +167,11 @@ def execute(graph: Graph, solution: Solution, mesh, seed: int = 0,
     fn, args = program(graph, solution, mesh, training=training, seed=seed)
     exe = compiled.compile_for(fn, *((args,) if not training else args))
     got = exe(*((args,) if not training else args))
-    one = chosen_devices()[0]
+    one = local_device()  # a device of this process
     ref_fn, ref_args = function(graph), {k: jax.device_put(v, one)
                                          for k, v in values(graph, seed).items()}
     if training:
-        dy = {k: jax.device_put(np.asarray(v), one) for k, v in args[1].items()}
+        dy = {k: jax.device_put(verify.host(v, v.dtype), one) for k, v in args[1].items()}
         y, back = jax.vjp(ref_fn, ref_args)
         want = (y, back(dy)[0])
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,7 +32,9 @@ from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError, Solver
 
 
 def system_of(system) -> cost.System:
-    """A :class:`tpviz.core.cost.System`, or the name of one in ``cost.SYSTEMS``.
+    """A :class:`tpviz.core.cost.System`, or the name of one in ``cost.SYSTEMS``. The solver's
+    cost model, like Alpa's, prices bytes: a named preset comes with α = 0 (pass a ``System``
+    with a latency to include it).
 
     Raises:
         ArgumentTypeError: neither a name nor a System.
@@ -42,7 +44,7 @@ def system_of(system) -> cost.System:
         return system
     check.instance("system", system, str, "a name in tpviz.core.cost.SYSTEMS or a "
                    "tpviz.core.cost.System")
-    return cost.SYSTEMS[check.choice("system", system, cost.SYSTEMS)]
+    return replace(cost.SYSTEMS[check.choice("system", system, cost.SYSTEMS)], latency=0.0)
 
 
 def _mesh(mesh_shape) -> dict[str, int]:

@@ -15,7 +15,8 @@ from matplotlib.patches import Rectangle
 from tpviz.collectives.buckets import Timeline
 from tpviz.collectives.plan import ALGORITHMS, CollectivePlan, crossover, line
 from tpviz.collectives.replay import replay
-from tpviz.core.figures import palette, text_colour
+from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
+from tpviz.core.figures import figure as column_figure
 
 # What each of 4 devices holds before and after each primitive: a list of cells per device,
 # each cell (label, colour index: the device the data came from, or -1 for a sum).
@@ -59,26 +60,27 @@ def primitives_figure() -> Figure:
     """Before and after of each primitive on 4 devices (rows D0-D3). ``xd`` is device d's
     array, ``xdj`` its j-th piece, ``Σx`` the sum over devices, ``Σx·j`` the j-th piece of it."""
     colours = palette(_K)
-    fig = Figure(figsize=(10.5, 7.6))
+    fig = column_figure(7.6, 10.5)
     axes = fig.subplots(3, 3).ravel()
     fig.subplots_adjust(left=0.03, right=0.99, top=0.95, bottom=0.02, wspace=0.12, hspace=0.3)
     for ax, name in zip(axes, PRIMITIVES, strict=True):
         before, after = _primitive(name)
         for x0, state in ((0, before), (5.5, after)):
             for d, row in enumerate(state):
-                ax.text(x0 - 0.15, d + 0.5, f"D{d}", ha="right", va="center", fontsize=7)
+                ax.text(x0 - 0.15, d + 0.5, f"D{d}", ha="right", va="center", fontsize=SMALL_PT)
                 ax.add_patch(Rectangle((x0, d + 0.1), 4, 0.8, fill=False, edgecolor="#bbb"))
                 for j, (label, owner) in enumerate(row):
                     c = "#555555" if owner < 0 else colours[owner]
                     ax.add_patch(Rectangle((x0 + j, d + 0.1), 1, 0.8, facecolor=c,
                                            edgecolor="white"))
-                    ax.text(x0 + j + 0.5, d + 0.5, label, ha="center", va="center", fontsize=6.5,
+                    ax.text(x0 + j + 0.5, d + 0.5, label, ha="center", va="center",
+                            fontsize=SMALL_PT,
                             color=text_colour(c))
         ax.annotate("", (5.3, 2), (4.2, 2), arrowprops={"arrowstyle": "->"})
         ax.set_xlim(-0.8, 9.6)
         ax.set_ylim(_K, 0)
         ax.set_axis_off()
-        ax.set_title(name, fontsize=10)
+        ax.set_title(name, fontsize=TITLE_PT)
     return fig
 
 
@@ -110,7 +112,7 @@ def steps_figure(p: CollectivePlan, per_row: int = 8, ax=None, labels: bool = Tr
                 dots_x.append(c * (k + 1) + chunk)
                 dots_y.append(r * h + 2 + m.dst)
     if ax is None:
-        fig = Figure(figsize=(min(11, 1.2 + 0.16 * grid.shape[1]), 0.5 + 0.16 * grid.shape[0]))
+        fig = column_figure(0.5 + 0.16 * grid.shape[0], 1.2 + 0.16 * grid.shape[1])
         ax = fig.add_axes((0.02, 0.02, 0.96, 0.86))
     ax.pcolormesh(np.ma.masked_invalid(grid), cmap="cividis", vmin=0, vmax=1)  # cheap to draw
     ax.scatter(np.add(dots_x, 0.5), np.add(dots_y, 0.5), s=6 if k > 8 else 12, c="white",
@@ -118,13 +120,14 @@ def steps_figure(p: CollectivePlan, per_row: int = 8, ax=None, labels: bool = Tr
     for s in range(n) if labels else ():
         r, c = divmod(s, per_row)
         label = "start" if s == 0 else f"step {s}" if k <= 8 else str(s)
-        ax.text(c * (k + 1) + k / 2, r * h + 1.8, label, ha="center", va="bottom", fontsize=7)
+        ax.text(c * (k + 1) + k / 2, r * h + 1.8, label, ha="center", va="bottom",
+                fontsize=SMALL_PT)
     ax.set_xlim(0, grid.shape[1])
     ax.set_ylim(grid.shape[0], 0)
     ax.set_aspect("equal")
     ax.set_axis_off()
     ax.set_title(f"{p.algorithm} {p.op}, K = {k}: rows devices, columns chunks"
-                 + ("" if labels else f"; {n - 1} steps, left to right"), fontsize=9, pad=4)
+                 + ("" if labels else f"; {n - 1} steps, left to right"), fontsize=SMALL_PT, pad=4)
     return ax.figure
 
 
@@ -133,7 +136,7 @@ def cost_figure(devices: int, alpha: float, beta: float, nbytes: float | None = 
     """Time of each all-reduce algorithm against message size (log-log), with the crossovers
     of the tree and the ring marked; ``nbytes`` draws a vertical line."""
     if ax is None:
-        fig = Figure(figsize=(6, 3.6))
+        fig = column_figure(3.6, 6)
         ax = fig.add_axes((0.12, 0.15, 0.55, 0.75))
     sizes = np.logspace(2, 11, 60)
     for algorithm, colour in COLOURS.items():
@@ -144,7 +147,7 @@ def cost_figure(devices: int, alpha: float, beta: float, nbytes: float | None = 
     v = crossover("tree", "ring", devices, alpha, beta)
     if v:
         ax.axvline(v, color="#999", linestyle=":", linewidth=1)
-        ax.text(v, ax.get_ylim()[1], " tree = ring", fontsize=7, va="top", color="#555")
+        ax.text(v, ax.get_ylim()[1], " tree = ring", fontsize=SMALL_PT, va="top", color="#555")
     if nbytes:
         ax.axvline(nbytes, color="black", linewidth=0.8)
     ax.minorticks_off()  # plain tick labels: mathtext ones are slow to draw
@@ -152,10 +155,10 @@ def cost_figure(devices: int, alpha: float, beta: float, nbytes: float | None = 
     low, high = ax.get_ylim()
     ticks = [10.0 ** e for e in range(math.ceil(math.log10(low)), math.floor(math.log10(high)) + 1)]
     ax.set_yticks(ticks, [_seconds(t) for t in ticks])
-    ax.set_xlabel("message size V", fontsize=8)
-    ax.set_ylabel("all-reduce time", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.set_xlabel("message size V", fontsize=SMALL_PT)
+    ax.set_ylabel("all-reduce time", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
+    ax.legend(fontsize=SMALL_PT, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     return ax.figure
 
 
@@ -170,7 +173,7 @@ def timeline_figure(line: Timeline, ax=None) -> Figure:
     """The backward pass (one bar per gradient) above the bucketed all-reduces; the exposed
     communication is shaded."""
     if ax is None:
-        fig = Figure(figsize=(7, 2.2))
+        fig = column_figure(2.2, 7)
         ax = fig.add_axes((0.12, 0.25, 0.85, 0.6))
     colours = palette(max(1, len(line.buckets)))
     start = 0.0
@@ -184,18 +187,18 @@ def timeline_figure(line: Timeline, ax=None) -> Figure:
     ax.set_yticks([0, 1], ["all-reduce", "backward"])
     ax.set_xlabel("seconds")
     ax.set_title(f"{len(line.buckets)} bucket(s): exposed communication "
-                 f"{line.exposed * 1e3:.2f} ms", fontsize=9)
+                 f"{line.exposed * 1e3:.2f} ms", fontsize=SMALL_PT)
     return ax.figure
 
 
 def timelines_figure(lines: dict[str, Timeline]) -> Figure:
     """Several bucketing timelines, one above the other, on the same time axis."""
-    fig = Figure(figsize=(7, 1.5 + 1.25 * len(lines)))
+    fig = column_figure(1.5 + 1.25 * len(lines), 7)
     axes = fig.subplots(len(lines), 1, sharex=True)
     fig.subplots_adjust(left=0.14, right=0.98, top=0.93, bottom=0.1, hspace=0.9)
     for ax, (label, timeline) in zip(np.atleast_1d(axes), lines.items(), strict=True):
         timeline_figure(timeline, ax=ax)
-        ax.set_title(f"{label}: {ax.get_title()}", fontsize=9)
+        ax.set_title(f"{label}: {ax.get_title()}", fontsize=SMALL_PT)
         ax.set_xlabel("")
     np.atleast_1d(axes)[-1].set_xlabel("seconds")
     return fig

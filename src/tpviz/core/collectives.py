@@ -19,9 +19,10 @@ permute        its buffer               1            its buffer
 ============== ======================== ============ =========================================
 
 In an all-to-all each device keeps 1/n of its buffer and sends the rest, a piece to each peer.
-Time is the α–β model: ``steps · α + sent / W``, with α the latency of one step and W the
-bytes per second one device sends, in one direction, into the collective (its egress bandwidth
-on the links the group uses; the "β" of the α–β model's name). See :mod:`tpviz.core.cost`.
+Time is the α–β model, priced by :mod:`tpviz.core.hardware` (:meth:`Collective.time`): on a
+switch, ``steps · α + sent / W`` with α the latency of one step and W the bytes per second one
+device sends, in one direction; on a TPU torus or a GPU cluster, the hops and the busiest link
+of that network.
 """
 
 from __future__ import annotations
@@ -85,9 +86,16 @@ class Collective:
         factor = 2 if self.kind == "all-reduce" else 1
         return factor * (n - 1) / n * self.full_bytes
 
-    def time(self, bandwidth: float, latency: float = 0.0) -> float:
-        """Seconds by the α–β model: ``steps · latency + sent_bytes / bandwidth``."""
-        return self.steps * latency + self.sent_bytes / bandwidth
+    def time(self, system, latency: float = 0.0) -> float:
+        """Seconds, priced by :mod:`tpviz.core.hardware`: on ``system`` (a
+        :class:`tpviz.core.cost.System`), or, given a bandwidth W in bytes/s, on a switch
+        where each device sends at W with α = ``latency`` per step, which is the α–β model
+        ``steps · latency + sent_bytes / bandwidth``."""
+        from tpviz.core import cost
+
+        if not isinstance(system, cost.System):
+            system = cost.System("switch", 1.0, system, "", latency=latency)
+        return system.price(self).seconds
 
     @property
     def moves_data(self) -> bool:

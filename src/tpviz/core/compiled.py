@@ -9,6 +9,7 @@ the asynchronous ``-start``/``-done`` pairs counted once. ``memory(program)`` re
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from dataclasses import dataclass
@@ -116,8 +117,10 @@ def compile_for(fn, *args, **kwargs):
         raise ArgumentTypeError(f"expected a function to compile, got {type(fn).__name__} "
                                 f"{fn!r}.")
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    if jax.process_count() > 1:  # host arguments: compile for their shapes, place them on call
+        args, kwargs = jax.tree.map(_abstract, (args, kwargs))
     try:
-        return jitted.lower(*args, **kwargs).compile()
+        return placing(jitted.lower(*args, **kwargs).compile())
     except NotImplementedError:  # an exercise stub: the checker reports "not attempted"
         raise
     except Exception as e:
@@ -126,6 +129,42 @@ def compile_for(fn, *args, **kwargs):
             f"{name} does not compile for the given arguments "
             f"({', '.join(_describe(a) for a in args)}): {describe(e)}"
         ) from None
+
+
+def placing(program):
+    """``program`` (compiled) as it is with one process; with several, a program whose call
+    first puts host arguments (NumPy arrays, or arrays of this process alone) where the
+    program wants them: JAX takes only global arrays for inputs split across processes. It
+    reads as the program itself (``as_text``, ``memory_analysis``, ...)."""
+    return program if jax.process_count() == 1 else _Placing(program)
+
+
+class _Placing:
+    def __init__(self, program):
+        self._program = program
+
+    def __call__(self, *args, **kwargs):
+        with contextlib.suppress(ValueError, TypeError):  # another structure: as given
+            args, kwargs = jax.tree.map(_place, (args, kwargs), self._program.input_shardings)
+        return self._program(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._program, name)
+
+
+def _is_host(a) -> bool:
+    """A NumPy array, or a JAX array of this process alone (not split across processes)."""
+    return isinstance(a, np.ndarray) or (isinstance(a, jax.Array) and a.is_fully_addressable)
+
+
+def _abstract(a):
+    return jax.ShapeDtypeStruct(a.shape, a.dtype) if _is_host(a) else a
+
+
+def _place(a, sharding):
+    if _is_host(a) and getattr(a, "sharding", None) != sharding:
+        return jax.device_put(np.asarray(a), sharding)
+    return a
 
 
 def _describe(a) -> str:

@@ -1,33 +1,48 @@
-"""A roofline-style cost model: time to compute versus time to communicate.
+"""Compute time versus communication time, priced by :mod:`tpviz.core.hardware`.
 
-Compute takes FLOPs / peak FLOP/s. A collective takes the α–β time of
-:meth:`tpviz.core.collectives.Collective.time`: ``steps · α + bytes sent / W``, where W is the
-bandwidth with which one device sends into the collective (its egress over the links its group
-uses, one direction). With ring algorithms an all-gather or a reduce-scatter of a V-byte array
-sends (n-1)/n · V per device, an all-reduce twice that: for large n the Scaling Book's V / W and
-2V / W. Whichever of compute and communication is larger bounds the step when the two overlap.
+Compute takes FLOPs / peak FLOP/s. A collective takes what :mod:`tpviz.core.hardware` prices it
+at (:func:`price`): a latency term (hops × α) and a bandwidth term (bytes over the busiest link /
+its bandwidth), on a TPU torus axis with wraparound or on GPUs (NVLink inside a node, the node's
+NICs between nodes, hierarchically). With ring algorithms an all-gather or a reduce-scatter of
+a V-byte array moves (n-1)/n · V through each device's links, an all-reduce twice that: for
+large n the Scaling Book's V / W and 2V / W. Whichever of compute and communication is larger
+bounds the step when the two overlap.
+
+A :class:`System` is a name, a chip's FLOP/s and the network its collectives use; the presets in
+``SYSTEMS`` take every number from :mod:`tpviz.core.hardware`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from tpviz.core import hardware as hw
+from tpviz.core.hardware.gpu import GpuCluster, GpuSystem
+from tpviz.core.hardware.tpu import TpuSlice
 
 
 @dataclass(frozen=True)
 class System:
-    """One kind of accelerator and the link its collectives use.
+    """One kind of accelerator and the network its collectives use.
 
     Attributes:
         flops: peak dense bf16 FLOP/s of one device.
         bandwidth: W, bytes/s one device sends (one direction: its egress, not egress plus
             ingress) into a collective over one mesh axis: on a TPU torus axis with wraparound
             its two links together, one each way round the ring; on a GPU its NVLink egress
-            into the switch. A ring collective sends ``Collective.sent_bytes`` at this rate.
+            into the switch.
         source: where the numbers come from (a key of ``references.bib``).
         node: devices that share the fast link (0: all of them, as on a TPU pod's ICI).
-        between_nodes: bytes/s one device sends to other nodes (used when ``node`` is set).
-        latency: α, seconds per step of a collective algorithm (0 in the presets: no cited
-            value; the time is then bandwidth-only).
+        between_nodes: bytes/s one device sends to other nodes through its own NIC (used when
+            ``node`` is set; a whole node sends ``node`` times that).
+        latency: α, seconds per hop (TPU) or ring step (GPU) of a collective.
+        tpu: the TPU generation (a key of ``hardware.TPUS``) whose torus prices collectives;
+            "" for a switched network (GPUs, or a hypothetical box).
+        network_latency: α of a step between nodes (default: ``latency``).
+        sharp: in-network reduction of all-reduces (NVLink and InfiniBand SHARP).
+        algorithm: "hierarchical" (one ring per level) or "ring" (NCCL's flat ring) for groups
+            that span nodes.
     """
 
     name: str
@@ -37,37 +52,68 @@ class System:
     node: int = 0
     between_nodes: float = 0.0
     latency: float = 0.0
+    tpu: str = ""
+    network_latency: float | None = None
+    sharp: bool = False
+    algorithm: str = "hierarchical"
+
+    def network(self, devices: int) -> TpuSlice | GpuCluster:
+        """The :mod:`tpviz.core.hardware` network a group of ``devices`` runs on: one torus axis
+        of that size with wraparound (TPU), or that many GPUs in nodes of ``node``."""
+        return _network(self, devices)
+
+    def price(self, collective, per_node: int | None = None) -> hw.Price:
+        """The :class:`tpviz.core.hardware.Price` of a :class:`Collective` on this system; a
+        GPU group has ``per_node`` devices in each node (default: packed)."""
+        kind, n = collective.kind, collective.group_size
+        v = collective.bytes * n if kind in ("all-to-all", "reduce-scatter") else collective.bytes
+        net = self.network(n)
+        if isinstance(net, TpuSlice):
+            return net.price(kind, v, (0,))
+        return net.price(kind, v, n, per_node, self.algorithm)
 
 
-# W in every preset follows the one definition above: the bytes per second ONE device SENDS
-# (one direction) into a collective over one mesh axis. α (``latency``) is left at 0 in every
-# preset: we found no published per-step latency for these links that we could cite; pass your
-# own measured α to ``System(..., latency=...)``.
-SYSTEMS = {
-    # TPU v5e: 197 TFLOP/s bf16; ICI 4.5e10 B/s per link and direction (the Scaling Book's TPU
-    # table, austin2025scaling). Along a torus axis with wraparound a chip sends over two links,
-    # one each way round the ring: W = 2 x 4.5e10 = 9e10 (the book's "bidirectional" figure).
-    "TPU v5e (ICI)": System("TPU v5e (ICI)", 1.97e14, 9.0e10, "austin2025scaling"),
-    # TPU v5p: 459 TFLOP/s bf16; ICI 9e10 B/s per link and direction; W = 2 x 9e10 = 1.8e11.
-    "TPU v5p (ICI)": System("TPU v5p (ICI)", 4.59e14, 1.8e11, "austin2025scaling"),
-    # H100 SXM: 989 TFLOP/s dense bf16; NVLink 4: 900 GB/s counting both directions, so one GPU
-    # sends 450 GB/s into the NVSwitch fabric (nvidia2023h100): W = 4.5e11.
-    "H100 (NVLink)": System("H100 (NVLink)", 9.89e14, 4.5e11, "nvidia2023h100"),
+@lru_cache(maxsize=1024)
+def _network(self: System, devices: int) -> TpuSlice | GpuCluster:
+    """:meth:`System.network`, built once per system and group size."""
+    if self.tpu:  # the generation's torus, with this system's W = 2 links and α
+        torus = replace(hw.TPUS[self.tpu], link=self.bandwidth / 2, hop_latency=self.latency)
+        return TpuSlice(torus, (devices,), (True,))
+    chip = hw.Chip(self.name, {"bf16": self.flops}, 0.0, 0.0, self.source)
+    net = self.latency if self.network_latency is None else self.network_latency
+    gpus = GpuSystem(self.name, chip, self.node if self.between_nodes else 0,
+                     self.bandwidth, self.node, self.between_nodes, self.sharp,
+                     self.latency, net, self.source)
+    return GpuCluster(gpus, devices)
+
+
+def _tpu(name: str) -> System:
+    s = hw.TPUS[name]
+    return System(f"{name} (ICI)", s.chip.peak(), 2 * s.link, s.source, latency=s.hop_latency,
+                  tpu=name)
+
+
+def _gpu(label: str, name: str, nodes: bool = True) -> System:
+    s = hw.GPUS[name]
+    return System(label, s.chip.peak(), s.nvlink, s.source, node=s.gpus_per_node if nodes else 0,
+                  between_nodes=s.node_egress / s.gpus_per_node if nodes else 0.0,
+                  latency=s.nvlink_latency, network_latency=s.network_latency, sharp=s.sharp)
+
+
+# Every number comes from core.hardware. TPU: W = 2 ICI links (one each way round a ring with
+# wraparound), α = 1 µs per hop. GPUs: W = NVLink egress; between nodes one 400 Gb/s NIC per GPU
+# (8 per node: 400 GB/s of node egress for a group that fills its nodes), hierarchical pricing.
+SYSTEMS = {s.name: s for s in (
+    _tpu("TPU v5e"), _tpu("TPU v5p"), _tpu("TPU v6e"),
+    _gpu("H100 (NVLink)", "H100", nodes=False),
     # a hypothetical box: the same GPU whose only link is PCIe 4.0 x16, 16 GT/s x 16 lanes x
-    # 128/130 / 8 = 31.5 GB/s in each direction (pcisig2017pcie4): W = 3.15e10.
-    "H100 (PCIe 4.0 x16)": System("H100 (PCIe 4.0 x16)", 9.89e14, 3.15e10, "pcisig2017pcie4"),
-    # a cluster of 8-GPU H100 nodes: NVLink (W = 4.5e11) inside a node, one 400 Gb/s
-    # InfiniBand NIC per GPU between nodes, 50 GB/s each way (the Scaling Book's GPU chapter)
-    "H100 cluster (NVLink + InfiniBand)": System("H100 cluster (NVLink + InfiniBand)", 9.89e14,
-                                                 4.5e11, "austin2025scaling", node=8,
-                                                 between_nodes=5.0e10),
-    # PTD-P's cluster (Selene): 8 A100 80GB per node (312 TFLOP/s bf16) on NVLink 3 / NVSwitch,
-    # 600 GB/s both ways = 300 GB/s each way; 8 HDR InfiniBand HCAs of 200 Gb/s per node, so
-    # 25 GB/s per GPU each way between nodes (Narayanan et al. 2021, section 5)
-    "A100 cluster (NVLink + InfiniBand)": System("A100 cluster (NVLink + InfiniBand)", 3.12e14,
-                                                 3.0e11, "narayanan2021megatron", node=8,
-                                                 between_nodes=2.5e10),
-}
+    # 128/130 / 8 = 31.5 GB/s in each direction (pcisig2017pcie4); α: NCCL's PCI ring/LL 1 µs
+    System("H100 (PCIe 4.0 x16)", hw.CHIPS["H100"].peak(), 3.15e10, "pcisig2017pcie4",
+           latency=1e-6),
+    _gpu("H100 cluster (NVLink + InfiniBand)", "H100"),
+    _gpu("H100 cluster + SHARP", "H100 + SHARP"),
+    _gpu("A100 cluster (NVLink + InfiniBand)", "A100"),
+)}
 
 
 @dataclass(frozen=True)
@@ -92,17 +138,8 @@ class Estimate:
         return self.compute_s + self.comm_s
 
 
-def bandwidth_for(system: System, group_size: int) -> float:
-    """W for a collective over ``group_size`` devices: the fast link when the group fits in one
-    node (or the system has no nodes), else the slower link between nodes, which a ring over
-    several nodes must cross."""
-    if system.node and group_size > system.node and system.between_nodes:
-        return system.between_nodes
-    return system.bandwidth
-
-
 def estimate(flops: float, collectives, system: System) -> Estimate:
-    """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each at
-    the system's latency and the bandwidth of its group (:func:`bandwidth_for`)."""
-    comm = sum(c.time(bandwidth_for(system, c.group_size), system.latency) for c in collectives)
+    """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each
+    priced by :meth:`System.price` (groups packed into nodes)."""
+    comm = sum(system.price(c).seconds for c in collectives)
     return Estimate(flops / system.flops, comm)

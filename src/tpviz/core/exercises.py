@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from tpviz.core import verify
 from tpviz.errors import describe
 
 NOT_ATTEMPTED = "not attempted yet"
@@ -167,7 +168,7 @@ def expect_array(value, expected, *, what: str = "your result", rtol: float = 1e
         raise Wrong(f"{what} has shape {tuple(value.shape)}; expected {expected.shape}.", hint)
     if np.dtype(value.dtype) != expected.dtype:
         raise Wrong(f"{what} has dtype {value.dtype}; expected {expected.dtype}.", hint)
-    got = np.asarray(value)
+    got = verify.host(value, np.dtype(value.dtype))  # whole, also when split across processes
     if np.issubdtype(got.dtype, np.floating) and np.isnan(got).any():
         raise Wrong(f"{what} contains NaN.", hint)
     if not np.allclose(got, expected, rtol=rtol, atol=atol):

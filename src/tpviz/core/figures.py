@@ -18,6 +18,21 @@ from PIL import Image
 
 from tpviz.errors import ShardingError
 
+#: the book's text column is 656-672 px wide at a 1280-px window: a figure this many inches
+#: wide at DPI dots per inch is shown at >= 0.96 of its size, so text of SMALL_PT points or
+#: more reads at >= 9 pt. Every figure is drawn at most this wide (:func:`figure`).
+COLUMN_IN = 6.8
+DPI = 100
+#: the smallest text of any figure (tick labels, block labels, legends), and titles
+SMALL_PT = 9
+TITLE_PT = 10
+
+
+def figure(height: float, width: float = COLUMN_IN, **kwargs) -> Figure:
+    """A matplotlib Figure (outside pyplot) at most the column's width, at :data:`DPI`."""
+    return Figure(figsize=(min(width, COLUMN_IN), height), dpi=DPI, **kwargs)
+
+
 # Okabe & Ito's colour-blind-safe palette; beyond 8 blocks, samples of cividis (also CVD-safe).
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7",
              "#999999")
@@ -30,9 +45,22 @@ def palette(n: int) -> list:
     return [plt.get_cmap("cividis")(v) for v in np.linspace(0.05, 0.95, n)]
 
 
+def luminance(colour) -> float:
+    """WCAG 2 relative luminance of a colour (0 black, 1 white)."""
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+           for c in plt.matplotlib.colors.to_rgb(colour)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(a, b) -> float:
+    """WCAG 2 contrast ratio of two colours, 1 to 21 (text wants >= 4.5, marks >= 3)."""
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
 def text_colour(colour) -> str:
-    r, g, b = plt.matplotlib.colors.to_rgb(colour)
-    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+    """Black or white, whichever contrasts more with ``colour`` (always >= 4.58:1)."""
+    return "black" if contrast(colour, "black") >= contrast(colour, "white") else "white"
 
 
 def _device_label(devices: Sequence[int]) -> str:
@@ -55,7 +83,7 @@ def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...]
         aspect = rows / cols
         w = 4.2 if aspect >= 1 else 5.2
         # a Figure outside pyplot: a notebook shows it once (as the cell's value), never twice
-        fig = Figure(figsize=(w, max(1.4, min(4.2, w * aspect)) + 0.5), layout="constrained")
+        fig = figure(max(1.4, min(4.2, w * aspect)) + 0.5, w, layout="constrained")
         ax = fig.subplots()
     fig = ax.figure
     colours = palette(len(blocks))
@@ -63,10 +91,9 @@ def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...]
         rs, cs = (slice(0, 1), slices[0]) if len(shape) == 1 else slices
         ax.add_patch(plt.Rectangle((cs.start, rs.start), cs.stop - cs.start, rs.stop - rs.start,
                                    facecolor=colour, edgecolor="white", linewidth=2))
-        size = 9 if len(blocks) <= 8 else 7
-        if labels:
+        if labels and len(blocks) <= 16:  # more would not fit at a legible size
             ax.text((cs.start + cs.stop) / 2, (rs.start + rs.stop) / 2, _device_label(devices),
-                    ha="center", va="center", fontsize=size, color=text_colour(colour))
+                    ha="center", va="center", fontsize=SMALL_PT, color=text_colour(colour))
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
     ax.set_xticks([0, cols])
@@ -74,7 +101,8 @@ def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...]
     ax.set_aspect("auto")
     for side in ax.spines.values():
         side.set_visible(False)
-    ax.set_title(title, fontsize=10)
+    ax.tick_params(labelsize=SMALL_PT)
+    ax.set_title(title, fontsize=TITLE_PT)
     return fig
 
 

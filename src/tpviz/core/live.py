@@ -30,6 +30,8 @@ from tpviz.errors import ArgumentError, TpvizError
 MAX_SETTINGS = 2000
 #: font size (px) of every text in a live figure: >= 8 pt at the book's width
 FONT = 12
+#: outline of every bar and box: pale fills (Okabe-Ito's yellow, 1.3:1 on white) stay >= 3:1
+OUTLINE = "#333333"
 
 
 _RESERVED = {
@@ -136,7 +138,8 @@ def spec(live: LiveFigure) -> dict:
     params.append(alt.param(name="_id", expr=f"{lookup}[{setting}]"))
     base = alt.Chart(alt.NamedData(name="rows")).transform_filter("datum._id == _id")
     chart = live.chart(base).add_params(*params).configure(font="sans-serif").configure_view(
-        stroke=None).configure_axis(
+        stroke=None).configure_bar(stroke=OUTLINE, strokeWidth=0.6).configure_rect(
+        stroke=OUTLINE, strokeWidth=0.6).configure_axis(
         labelFontSize=FONT, titleFontSize=FONT).configure_legend(
         labelFontSize=FONT, titleFontSize=FONT).configure_title(fontSize=FONT + 1)
     out = chart.to_dict()  # validated while small; the rows go in after
@@ -165,9 +168,9 @@ def notes(base, width: int = 640):
     """Lines of text (rows with ``note``, in order): what the figure says in words."""
     import altair as alt
 
+    # no width limit: the book's tpviz-live.js wraps a long note into lines of the column's width
     return base.transform_filter("isValid(datum.note)").transform_window(
-        line="row_number()").mark_text(align="left", baseline="middle", fontSize=FONT,
-                                       limit=width).encode(
+        line="row_number()").mark_text(align="left", baseline="middle", fontSize=FONT).encode(
         text="note:N", x=alt.value(0), y=alt.Y("line:O", axis=None)).properties(
         width=width, height={"step": FONT + 6})
 

@@ -4,12 +4,45 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import jax
 import numpy as np
 
+from tpviz import compat
 from tpviz.errors import CheckFailed
 
-__all__ = ["CheckFailed", "close", "relative_error", "require", "same"]
+__all__ = ["CheckFailed", "close", "host", "recording", "relative_error", "require", "same"]
+
+_recorders: list[list] = []  # what recording() collects: every array host() brought home
+
+
+def host(x, dtype=np.float64) -> np.ndarray:
+    """``x`` as a NumPy array on this host, whole. A ``jax.Array`` that spans processes (some of
+    its shards on another process's devices) is gathered from every process first, so every
+    process must call this in the same order; one that is whole here (fully addressable or
+    fully replicated) is read locally.
+    """
+    if (isinstance(x, jax.Array) and not x.is_fully_addressable
+            and not x.is_fully_replicated):
+        x = compat.gather_to_host(x)
+    out = np.asarray(x, dtype)
+    for found in _recorders:
+        found.append(out)
+    return out
+
+
+@contextmanager
+def recording():
+    """Collect every array :func:`host` brings home (every value a check compares with its
+    reference, and the reference) into the list this yields: ``tpviz.cluster`` compares them
+    between a run in one process and one across processes."""
+    found: list = []
+    _recorders.append(found)
+    try:
+        yield found
+    finally:
+        _recorders.remove(found)
 
 
 def relative_error(a, b) -> float:
@@ -22,7 +55,7 @@ def relative_error(a, b) -> float:
         raise CheckFailed(f"{len(leaves_a)} arrays to compare with {len(leaves_b)} references.")
     worst = 0.0
     for x, y in zip(leaves_a, leaves_b, strict=True):
-        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        x, y = host(x), host(y)
         if x.shape != y.shape:
             raise CheckFailed(f"shape {x.shape} differs from the reference's {y.shape}.")
         if x.size:

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from matplotlib.figure import Figure
 
 from tpviz.core import cost, layout
-from tpviz.core.figures import blocks_figure
+from tpviz.core.figures import SMALL_PT, blocks_figure
+from tpviz.core.figures import figure as column_figure
 from tpviz.core.notation import to_notation
+
+
+def _wrap(line: str, width: int = 95) -> str:
+    """A line of the caption broken to the figure's width at 9 pt."""
+    return textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def figure(p, *, system=None) -> Figure:
     """``In · W1 = Out`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
     of each operand, who computes which block of Out, and (below) what moves between devices."""
-    fig = Figure(figsize=(10, 3.9))  # a fixed layout: constrained layout would double the time
+    fig = column_figure(4.4)  # a fixed layout: constrained layout would double the time
     axes = fig.subplots(1, 3, width_ratios=[p.x_shape[1], p.w_shape[1], p.w_shape[1]],
-                        gridspec_kw={"left": 0.05, "right": 0.98, "top": 0.68, "bottom": 0.1,
-                                     "wspace": 0.25})
+                        gridspec_kw={"left": 0.06, "right": 0.98, "top": 0.7, "bottom": 0.08,
+                                     "wspace": 0.3})
     arrays = [("In", ("B", "D"), p.x_shape, p.x_spec), ("W1", ("D", "F"), p.w_shape, p.w_spec),
               ("Out", ("B", "F"), (p.x_shape[0], p.w_shape[1]), p.y_spec)]
     for ax, (name, dims, shape, spec) in zip(axes, arrays, strict=True):
@@ -29,5 +37,6 @@ def figure(p, *, system=None) -> Figure:
         e = cost.estimate(p.flops, p.collectives, system)
         lines.append(f"{system.name}: compute {e.compute_s * 1e6:.2f} µs, communication "
                      f"{e.comm_s * 1e6:.2f} µs → {e.bound}-bound")
-    fig.suptitle("\n".join(lines), fontsize=9, x=0.01, y=0.99, ha="left", va="top")
+    fig.suptitle("\n".join(_wrap(line) for line in lines), fontsize=SMALL_PT, x=0.01, y=0.99,
+                 ha="left", va="top")
     return fig

@@ -7,7 +7,8 @@ from jax.sharding import PartitionSpec as P
 from matplotlib.figure import Figure
 
 from tpviz.core import layout
-from tpviz.core.figures import OKABE_ITO, blocks_figure, text_colour
+from tpviz.core.figures import OKABE_ITO, SMALL_PT, blocks_figure, text_colour
+from tpviz.core.figures import figure as column_figure
 
 
 def mlp(p, footer: str = "") -> Figure:
@@ -20,29 +21,31 @@ def mlp(p, footer: str = "") -> Figure:
     arrays = [("In: all", (t, h), whole), ("W1: columns", (h, f), columns),
               ("Tmp = gelu(In W1)", (t, f), columns), ("W2: rows", (f, h), rows),
               ("Out: all-reduced", (t, h), whole)]
-    height = 3.2 + 0.45 * bool(footer)
-    fig = Figure(figsize=(10, height))
+    height = 3.6 + 0.45 * bool(footer)
+    fig = column_figure(height)
     widest = max(s[1] for _, s, _ in arrays)
     axes = fig.subplots(1, 5, width_ratios=[max(s[1], widest / 3) for _, s, _ in arrays],
-                        gridspec_kw={"left": 0.04, "right": 0.98, "top": 1 - 0.9 / height,
+                        gridspec_kw={"left": 0.045, "right": 0.98, "top": 1 - 1.45 / height,
                                      "bottom": (0.25 + 0.45 * bool(footer)) / height,
-                                     "wspace": 0.5})
+                                     "wspace": 0.35})
     if footer:
-        fig.text(0.01, 0.01, footer, fontsize=9)
+        fig.text(0.01, 0.01, footer, fontsize=SMALL_PT)
     for ax, (title, shape, spec) in zip(axes, arrays, strict=True):
         bs = layout.blocks(shape, spec, mesh)
         blocks_figure(shape, [(b.slices, b.devices) for b in bs],
-                      f"{title}\n[{shape[0]:,} × {shape[1]:,}]", ax=ax,
+                      title.replace(": ", ":\n").replace(" = ", "\n= ")
+                      + f"\n{shape[0]:,}×{shape[1]:,}", ax=ax,
                       labels=n <= 8 or len(bs) == 1)  # beyond 8, colour alone (text is slow)
         ax.set_xticks([])  # the shape is in the title: tick labels would double the drawing time
         ax.set_yticks([])
+        ax.title.set_fontsize(SMALL_PT)
     size = layout.dtype_size(p.dtype)
     fig.suptitle(
         f"{n} devices, {p.tokens:,} tokens, H = {h:,}, F = {f:,} ({p.dtype}): each device holds "
-        f"W1[{h:,}, {f // n:,}] and W2[{f // n:,}, {h:,}] = {2 * h * f // n * size:,} bytes "
-        f"(1/{n} of the MLP)\nforward: one all-reduce of Out, {p.all_reduce_bytes:,} bytes; "
+        f"W1[{h:,}, {f // n:,}]\nand W2[{f // n:,}, {h:,}] = {2 * h * f // n * size:,} bytes "
+        f"(1/{n} of the MLP)\nforward: one all-reduce of Out, {p.all_reduce_bytes:,} bytes;\n"
         f"backward: one all-reduce of the gradient of In, {p.all_reduce_bytes:,} bytes",
-        fontsize=9, x=0.01, y=0.99, ha="left", va="top")
+        fontsize=SMALL_PT, x=0.01, y=0.99, ha="left", va="top")
     return fig
 
 
@@ -55,21 +58,23 @@ def timeline(kind: str = "mlp") -> Figure:
                         *mlp_fwd]}[kind]
     backward = [s.replace("f: identity", "f: all-reduce").replace("g: all-reduce", "g: identity")
                 for s in reversed(stages)]
-    fig = Figure(figsize=(10, 1.9))
+    fig = column_figure(2.3 if len(stages) <= 5 else 3.2)
     ax = fig.subplots()
-    fig.subplots_adjust(left=0.09, right=0.99, top=0.82, bottom=0.05)
+    fig.subplots_adjust(left=0.005, right=0.995, top=0.84, bottom=0.02)
     for row, (label, seq) in enumerate([("forward", stages), ("backward", backward)]):
         for i, name in enumerate(seq):
             colour = (OKABE_ITO[5] if "all-reduce" in name else
                       "#cccccc" if "identity" in name else OKABE_ITO[4])
             ax.add_patch(plt.Rectangle((i, row + 0.1), 0.92, 0.8, facecolor=colour))
-            ax.text(i + 0.46, row + 0.5, name, ha="center", va="center", fontsize=7,
+            words = (name if len(stages) <= 5 else name.replace(": ", ":\n").replace(
+                " (", "\n(").replace("all-reduce", "all-\nreduce").replace("max·", "max·\n"))
+            ax.text(i + 0.46, row + 0.5, words, ha="center", va="center", fontsize=SMALL_PT,
                     color=text_colour(colour))
-        ax.text(-0.1, row + 0.5, label, ha="right", va="center", fontsize=9)
+        ax.text(0, row + 0.08, label, ha="left", va="bottom", fontsize=SMALL_PT)
     ax.set_xlim(0, len(stages))
-    ax.set_ylim(2, 0)
+    ax.set_ylim(2, -0.08)
     ax.axis("off")
     count = stages.count("g: all-reduce")
     ax.set_title(f"{count} all-reduce{'s' * (count > 1)} forward (g), {count} backward (f)",
-                 fontsize=9, loc="left")
+                 fontsize=SMALL_PT, loc="left")
     return fig

@@ -9,6 +9,7 @@ import contextlib
 from dataclasses import dataclass
 
 from tpviz.core import cost, layout
+from tpviz.core import hardware as hw
 from tpviz.core.collectives import Collective
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.plan import DATA, MODEL, Memory, Plan, check_sizes, plan
@@ -86,21 +87,37 @@ def compare(batch: int, h1: int, h2: int, devices: int = 8, dtype="float32") -> 
 
 # --- time: compute versus communication (the Scaling Book's condition) ---------------------------
 
+def per_node(system: cost.System, mesh: dict[str, int], axis: str) -> int | None:
+    """Devices of one ``axis`` group inside one node. Devices are numbered row-major over
+    (data, model): a model group is ``m`` consecutive devices, a data group ``d`` devices ``m``
+    apart (None on a TPU, whose groups run along torus axes)."""
+    if not system.node or system.tpu:
+        return None
+    d, m = mesh[DATA], mesh[MODEL]
+    if axis == MODEL:
+        return min(m, system.node)
+    return min(d, max(1, system.node // m))
+
+
 def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> float:
-    """Bandwidth of one mesh axis. Devices are numbered row-major over (data, model): a model
-    group spans ``m`` consecutive devices, a data group ``d·m``. A group that fits in one node
-    uses the fast link; one that spans nodes, the link between nodes."""
-    span = mesh[MODEL] if axis == MODEL else mesh[DATA] * mesh[MODEL]
-    if system.node and span > system.node:
-        return system.between_nodes
-    return system.bandwidth
+    """The bandwidth term's W of one mesh axis, as :mod:`tpviz.core.hardware` prices it: for a
+    group inside one node its NVLink, for one across nodes the NICs of its devices in a node."""
+    n = mesh[axis]
+    c = Collective("all-gather", 1 << 30, n)
+    price = system.price(c, per_node(system, mesh, axis))
+    return (n - 1) / n * c.bytes / price.bandwidth_s if n > 1 else system.bandwidth
 
 
 def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estimate:
-    """Seconds per step: FLOPs at peak versus the collectives at their axis's bandwidth."""
-    comm = sum(c.time(axis_bandwidth(system, p.mesh, c.axes[0]), system.latency)
-               for c in p.collectives(training))
-    return cost.Estimate(p.flops(training) / system.flops, comm)
+    """Seconds per step: FLOPs at peak versus the collectives, each priced by
+    :mod:`tpviz.core.hardware` on its axis. The two axes use different links (torus axes; NVLink
+    and NICs), so their communication overlaps: the step waits for the slower axis, as the
+    Scaling Book assumes for mixed FSDP + tensor parallelism."""
+    per_axis = {DATA: 0.0, MODEL: 0.0}
+    for c in p.collectives(training):
+        axis = c.axes[0]
+        per_axis[axis] += system.price(c, per_node(system, p.mesh, axis)).seconds
+    return cost.Estimate(p.flops(training) / system.flops, max(per_axis.values()))
 
 
 def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.System | None = None,
@@ -121,9 +138,11 @@ def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.Syste
     return next(s for s, c in zip(shapes, costs, strict=True) if c <= least * (1 + 1e-9))
 
 
-def smallest_batch_per_device(h2: int, system: cost.System) -> float:
-    """The Scaling Book's bound for mixed FSDP + model parallelism with one mesh axis each: the
-    step stays compute-bound only while B / N > 4 (R/W)² / F, with R the peak FLOP/s and W the
-    bandwidth of one device (the book's notation; the Scaling Book writes C and α = C / W)."""
-    ratio = system.flops / system.bandwidth  # R / W, FLOPs per byte sent
-    return 4 * ratio**2 / h2
+def smallest_batch_per_device(h2: int, system: cost.System, axes_x: int = 1,
+                              axes_y: int = 1) -> float:
+    """The Scaling Book's current bound for mixed FSDP + model parallelism: the step stays
+    compute-bound only while B / N > (R/W)² / (M_X · M_Y · F), with R the peak FLOP/s, W the
+    bandwidth of one device over an axis and M_X, M_Y the torus axes of the data and model axes
+    (:func:`tpviz.core.hardware.mixed_batch`, where the derivation is; the Scaling Book writes C
+    and α = C / W). It assumes the two axes' communication overlaps (:func:`step_time`)."""
+    return hw.mixed_batch(system.flops, system.bandwidth, h2, axes_x, axes_y)

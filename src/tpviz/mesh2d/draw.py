@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from tpviz.core import layout
-from tpviz.core.figures import OKABE_ITO, Animation, frame, gif
+from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, Animation, frame, gif
+from tpviz.core.figures import figure as column_figure
 from tpviz.mesh2d.choose import Scheme
 from tpviz.mesh2d.plan import DATA, MODEL, Array, Plan
 
@@ -40,7 +41,7 @@ def step(p: Plan, k: int, ax=None) -> Figure:
     d, m = p.mesh_sizes
     if ax is None:
         height = 1.05 + 0.95 * d
-        fig = Figure(figsize=(9, height))  # a fixed layout: constrained layout is slower
+        fig = column_figure(height, 9)  # a fixed layout: constrained layout is slower
         ax = fig.subplots()
         fig.subplots_adjust(left=0.07, right=0.995, top=1 - 0.72 / height, bottom=0.01)
     fig = ax.figure
@@ -65,26 +66,27 @@ def step(p: Plan, k: int, ax=None) -> Figure:
                                    facecolor=_colour(a), edgecolor="none",
                                    hatch="///" if a.partial else None))
             if row == 0:
-                ax.text(x0 + w / 2, row + 0.24, a.name, ha="center", va="bottom", fontsize=8)
+                ax.text(x0 + w / 2, row + 0.24, a.name, ha="center", va="bottom", fontsize=SMALL_PT)
             if a_i < len(arrays) - 1 and signs[min(a_i, len(signs) - 1)]:
                 ax.text(col + 0.08 + (a_i + 1) * slot - slot * 0.1, row + 0.58,
-                        signs[min(a_i, len(signs) - 1)], ha="center", va="center", fontsize=10)
+                        signs[min(a_i, len(signs) - 1)], ha="center", va="center",
+                                fontsize=TITLE_PT)
     for dev in range(d * m):
         row, col = divmod(dev, m)
         ax.add_patch(Rectangle((col + 0.03, row + 0.03), 0.94, 0.94, facecolor="none",
                                edgecolor="#444444", linewidth=0.8))
-        ax.text(col + 0.06, row + 0.08, f"D{dev}", fontsize=7, va="top", color="#444444")
+        ax.text(col + 0.06, row + 0.08, f"D{dev}", fontsize=SMALL_PT, va="top", color="#444444")
     ax.set_xlim(0, m)
     ax.set_ylim(d, 0)
-    ax.set_xticks([c + 0.5 for c in range(m)], [f"model {c}" for c in range(m)], fontsize=8)
-    ax.set_yticks([r + 0.5 for r in range(d)], [f"data {r}" for r in range(d)], fontsize=8)
+    ax.set_xticks([c + 0.5 for c in range(m)], [f"model {c}" for c in range(m)], fontsize=SMALL_PT)
+    ax.set_yticks([r + 0.5 for r in range(d)], [f"data {r}" for r in range(d)], fontsize=SMALL_PT)
     ax.tick_params(length=0, labeltop=True, labelbottom=False)
     for side in ax.spines.values():
         side.set_visible(False)
     moved = (f"{s.op} over {s.axis} ({s.group} devices per group): {s.bytes:,} bytes per device"
              if s.communicates else "no communication")
     shapes = ", ".join(f"{a.name}: {'×'.join(map(str, a.local))}" for a in arrays)
-    ax.set_title(f"step {k}: {s.what}\n{moved}; per device {shapes}", fontsize=9, loc="left",
+    ax.set_title(f"step {k}: {s.what}\n{moved}; per device {shapes}", fontsize=SMALL_PT, loc="left",
                  pad=18)
     return ax.figure
 
@@ -100,10 +102,10 @@ def comparison(schemes: list[Scheme], title: str = "", axes=None, chosen: str = 
     """Memory per device and bytes sent per device per training step, scheme by scheme (the
     ``chosen`` one in bold); ``axes``: two axes to draw into."""
     if axes is None:
-        height = 1.2 + 0.4 * len(schemes)
-        fig = Figure(figsize=(10, height))
+        height = 1.6 + 0.4 * len(schemes)
+        fig = column_figure(height)
         axes = fig.subplots(1, 2, sharey=True)
-        fig.subplots_adjust(left=0.17, right=0.98, top=1 - 0.85 / height, bottom=0.45 / height,
+        fig.subplots_adjust(left=0.17, right=0.98, top=1 - 1.2 / height, bottom=0.45 / height,
                             wspace=0.08)
     left, right = axes
     fig = left.figure
@@ -122,17 +124,18 @@ def comparison(schemes: list[Scheme], title: str = "", axes=None, chosen: str = 
     right.barh(ys, [(s.step_sent - s.forward_sent) / mib for s in schemes],
                left=[s.forward_sent / mib for s in schemes], color=OKABE_ITO[5], alpha=0.45,
                label="backward")
-    left.set_yticks(list(ys), names, fontsize=8)
+    left.set_yticks(list(ys), names, fontsize=SMALL_PT)
     for label in left.get_yticklabels():
         label.set_fontweight("bold" if label.get_text() == chosen else "normal")
     left.invert_yaxis()
-    left.set_xlabel("MiB per device", fontsize=8)
-    right.set_xlabel("MiB sent per device per training step (ring)", fontsize=8)
+    left.set_xlabel("MiB per device", fontsize=SMALL_PT)
+    right.set_xlabel("MiB sent per device per step (ring)", fontsize=SMALL_PT)
     for ax in (left, right):
-        ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1), ncols=3, frameon=False)
-        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=SMALL_PT, loc="lower left", bbox_to_anchor=(0, 1), ncols=2,
+                  frameon=False, handlelength=1, columnspacing=0.8)
+        ax.tick_params(labelsize=SMALL_PT)
     if title:
-        fig.suptitle(title, fontsize=9, x=0.01, y=0.995, ha="left", va="top")
+        fig.suptitle(title, fontsize=SMALL_PT, x=0.01, y=0.995, ha="left", va="top")
     return fig
 
 

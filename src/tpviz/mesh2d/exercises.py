@@ -170,8 +170,9 @@ def check_compute_bound_batch(answer) -> str:
     if np.isclose(answer, ratio, rtol=1e-3):
         raise Wrong("that is R/W itself, the bound of a single sharded axis.",
                     "The 2D bound grows with the square of R/W.")
-    if np.isclose(answer, ratio**2 / 16384, rtol=1e-3):
-        raise Wrong("you left out a constant factor.", "Look at the bound in the chapter again.")
+    if np.isclose(answer, 4 * ratio**2 / 16384, rtol=1e-3):
+        raise Wrong("that bound adds the two axes' times; they run on different links.",
+                    "Look at the bound in the chapter again: the slower axis counts.")
     expect_number(answer, want, rel=1e-2, hint="Compute R/W from the system's preset, then "
                   "use the Scaling Book's bound for one data and one model axis.")
     return f"{want:,.0f} tokens per chip (R/W = {ratio:,.0f})."

@@ -114,6 +114,13 @@ class Plan:
                                             (axis,), what=what))
         return found
 
+    @property
+    def fsdp(self) -> str:
+        """The data axis's FSDP schedule, by name: W₁ and W₂ are gathered once in the forward
+        pass and kept for the backward pass (:func:`tpviz.zero.plan.fsdp_collectives` with
+        ``reshard_after_forward=False``: 2 (N-1)/N of the weights' bytes, not ZeRO-3's 3)."""
+        return "reshard_after_forward=False"
+
     def sent(self, training: bool = True) -> float:
         """Bytes each device sends per step (ring algorithms)."""
         return self.collectives(training).sent_bytes()

@@ -10,7 +10,8 @@ from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from tpviz.core.figures import OKABE_ITO, palette
+from tpviz.core.figures import OKABE_ITO, SMALL_PT, palette
+from tpviz.core.figures import figure as column_figure
 
 DROPPED = OKABE_ITO[5]  # vermilion
 DROPPED_FILL = "#FBE0D5"  # a pale vermilion (hatching would cost the widget ~30 ms)
@@ -33,7 +34,7 @@ def routing(r, devices: int, title: str = "") -> Figure:
     e = r.probs.shape[1]
     span = float(max(t, e))
     ty, ey = _positions(t, devices, span), _positions(e, devices, span)
-    fig = Figure(figsize=(7.0, min(7.0, 1.6 + 0.11 * span)))
+    fig = column_figure(min(7.0, 1.6 + 0.11 * span), 7.0)
     ax = fig.subplots()
     fig.subplots_adjust(left=0.02, right=0.98, top=0.9, bottom=0.03)
     colours = palette(devices)
@@ -45,7 +46,7 @@ def routing(r, devices: int, title: str = "") -> Figure:
             ax.add_patch(Rectangle((xs - 0.09, mine.min() - 0.45), 0.18,
                                    mine.max() - mine.min() + 0.9, facecolor=colours[d],
                                    alpha=0.25, edgecolor="none"))
-            ax.text(xs + (-0.11 if xs == 0 else 0.11), mine.mean(), f"D{d}", fontsize=8,
+            ax.text(xs + (-0.11 if xs == 0 else 0.11), mine.mean(), f"D{d}", fontsize=SMALL_PT,
                     ha="right" if xs == 0 else "left", va="center")
     kept_lines, kept_colours, dropped_lines = [], [], []
     for tok in range(t):
@@ -64,14 +65,14 @@ def routing(r, devices: int, title: str = "") -> Figure:
         ax.scatter(start[:, 0] + 0.03, start[:, 1], marker="x", color=DROPPED, s=18, zorder=3)
     ax.scatter(np.zeros(t), ty, s=10, color="black", zorder=3)
     ax.scatter(np.ones(e), ey, s=28, marker="s", color="black", zorder=3)
-    ax.text(0, -1.2, f"{t} tokens", ha="center", fontsize=9)
-    ax.text(1, -1.2, f"{e} experts", ha="center", fontsize=9)
+    ax.text(0, -1.2, f"{t} tokens", ha="center", fontsize=SMALL_PT)
+    ax.text(1, -1.2, f"{e} experts", ha="center", fontsize=SMALL_PT)
     ax.set_xlim(-0.3, 1.3)
     ax.set_ylim(span + 0.5, -2.0)
     ax.axis("off")
     ax.set_title(title or (f"top-{k} routing, capacity C = {r.capacity} per expert and group: "
                            f"{len(dropped_lines)} of {t * k} choices dropped (dashed, ×)"),
-                 fontsize=9, loc="left")
+                 fontsize=SMALL_PT, loc="left")
     return fig
 
 
@@ -90,7 +91,7 @@ def load(r, devices: int, title: str = "", ax=None) -> Figure:
     e = r.probs.shape[1]
     routed, kept = r.load(), r.kept()
     if ax is None:
-        fig = Figure(figsize=(6.4, 2.4))
+        fig = column_figure(2.4, 6.4)
         ax = fig.subplots()
         fig.subplots_adjust(left=0.09, right=0.98, top=0.86, bottom=0.18)
     left = np.arange(e) - 0.4  # one collection per kind of bar: fast to build and draw
@@ -101,15 +102,15 @@ def load(r, devices: int, title: str = "", ax=None) -> Figure:
     slots = r.groups * r.capacity
     ax.axhline(slots, color="black", linestyle="--", linewidth=1)
     ax.text(e - 0.5, slots, f" capacity {r.groups} × {r.capacity}", va="bottom", ha="right",
-            fontsize=8)
+            fontsize=SMALL_PT)
     ax.axhline(r.experts.size / e, color="#999999", linestyle=":", linewidth=1)
     ax.set_xlim(-0.6, e - 0.4)
     ax.set_ylim(0, max(routed.max(), slots) * 1.18)
-    ax.set_xlabel("expert (colour: the device that holds it)", fontsize=8)
-    ax.set_ylabel("token-choices", fontsize=8)
-    ax.tick_params(labelsize=7)
+    ax.set_xlabel("expert (colour: the device that holds it)", fontsize=SMALL_PT)
+    ax.set_ylabel("token-choices", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     ax.set_title(title or f"load per expert: {r.dropped:.1%} of the choices dropped (pale); "
-                          "dotted: the average load", fontsize=9, loc="left")
+                          "dotted: the average load", fontsize=SMALL_PT, loc="left")
     return ax.figure

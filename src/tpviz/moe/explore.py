@@ -5,7 +5,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.core.collectives import html_table
-from tpviz.core.cost import SYSTEMS, bandwidth_for
+from tpviz.core.cost import SYSTEMS
 from tpviz.core.figures import palette
 from tpviz.core.layout import dtype_size
 from tpviz.core.live import Grid, LiveFigure, notes
@@ -44,10 +44,17 @@ def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
             (f"forward time on {system}", f"compute {estimate.compute_s * 1e3:,.2f} ms, "
              f"all-to-alls {estimate.comm_s * 1e3:,.2f} ms; in series (the experts wait "
              f"for the dispatch, the combine for the experts): {estimate.serial_s * 1e3:,.2f} ms"),
-            ("all-to-all link", f"{bandwidth_for(SYSTEMS[system], devices) / 1e9:,.0f} GB/s "
-             f"per device{links}")]
+            ("one all-to-all", f"{_a2a(p, system)}{links}")]
     fig = load(r, devices)
     return html_table(("", f"T = {tokens:,}, H = {hidden:,}, F = {ffn:,}, {dtype}"), rows), fig
+
+
+def _a2a(p, system: str) -> str:
+    """One all-to-all's price on ``system`` (:mod:`tpviz.core.hardware`) and what bounds it."""
+    if p.devices == 1:
+        return "none (one device)"
+    price = SYSTEMS[system].price(p.collectives()[0])
+    return f"{price.seconds * 1e3:,.3f} ms, {price.bound}-bound"
 
 
 def explore_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,

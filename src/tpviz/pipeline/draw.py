@@ -12,7 +12,8 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from tpviz.core.figures import Animation, frame, gif, palette, text_colour
+from tpviz.core.figures import SMALL_PT, TITLE_PT, Animation, frame, gif, palette, text_colour
+from tpviz.core.figures import figure as column_figure
 from tpviz.pipeline.simulate import Timeline, releasing_kind
 
 IDLE = "#e6e6e6"
@@ -28,11 +29,12 @@ def gantt(t: Timeline, ax=None, title: str | None = None,
     s = t.schedule
     if ax is None:
         height = (0.45 if s.stages <= 8 else 0.25) * s.stages + 1.3
-        fig = Figure(figsize=(10, height))
+        fig = column_figure(height, 10)
         ax = fig.subplots()
         fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / height, bottom=0.55 / height)
     base = np.array([to_rgb(c) for c in palette(s.microbatches)])
     shades = {"F": base, "B": base + (1 - base) * 0.55, "W": base * 0.6}
+    shades["BW"] = shades["B"]
     count = sum(len(o) for o in s.ops)
     if count > RASTER_ABOVE:
         _raster(ax, t, shades)
@@ -43,11 +45,12 @@ def gantt(t: Timeline, ax=None, title: str | None = None,
     ax.set_ylim(s.stages - 0.5, -0.5)
     step = max(1, s.stages // 8)
     ax.set_yticks(range(0, s.stages, step), [f"D{d}" for d in range(0, s.stages, step)])
-    ax.set_xlabel("time (one forward through a stage = 1)")
+    ax.set_xlabel("time (one forward through a stage = 1)", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
     chunks = f", {s.chunks} chunks per device" if s.chunks > 1 else ""
     ax.set_title(title or f"{s.name}: {s.stages} stages, {s.microbatches} microbatches{chunks} — "
-                 f"bubble {t.bubble_fraction:.1%} (grey).  Colour = microbatch; F full, B "
-                 "lighter, W darker", fontsize=9, loc="left")
+                 f"bubble {t.bubble_fraction:.1%} (grey).\nColour = microbatch; F full, B "
+                 "lighter, W darker", fontsize=SMALL_PT, loc="left")
     return ax.figure
 
 
@@ -71,7 +74,8 @@ def _boxes(ax, t: Timeline, shades: dict, labels: bool) -> None:
         if labels:
             for k, mb, x0, x1, c in zip(kinds, mbs, a, b, colour, strict=True):
                 if x1 - x0 >= wide:
-                    ax.text((x0 + x1) / 2, d, f"{k}{mb}", ha="center", va="center", fontsize=7,
+                    ax.text((x0 + x1) / 2, d, f"{k}{mb}", ha="center", va="center",
+                            fontsize=SMALL_PT,
                             color=text_colour(c))
     ax.add_collection(PolyCollection(np.concatenate(verts), facecolors=np.concatenate(faces),
                                      edgecolors="white", linewidths=0.5))
@@ -109,7 +113,7 @@ def memory(t: Timeline, ax=None) -> Figure:
     """Microbatch activations each device holds over time (in units of one microbatch through one
     chunk)."""
     if ax is None:
-        fig = Figure(figsize=(10, 2.8), layout="constrained")
+        fig = column_figure(2.8, layout="constrained")
         ax = fig.subplots()
     colours = palette(t.schedule.stages)
     for d in range(t.schedule.stages):
@@ -119,8 +123,9 @@ def memory(t: Timeline, ax=None) -> Figure:
     ax.set_xlabel("time")
     ax.set_ylabel("activations held\n(microbatches)")
     if t.schedule.stages <= 8:
-        ax.legend(loc="upper right", fontsize=8, ncols=min(4, t.schedule.stages))
-    ax.set_title(f"{t.schedule.name}: peak per device {list(t.peak_activations)}", fontsize=10,
+        ax.legend(loc="upper right", fontsize=SMALL_PT, ncols=min(4, t.schedule.stages))
+    ax.set_title(f"{t.schedule.name}: peak per device {list(t.peak_activations)}",
+            fontsize=TITLE_PT,
                  loc="left")
     return ax.figure
 

@@ -60,6 +60,7 @@ def gantt_rows(name: str, stages: int, microbatches: int, chunks: int,
     t = simulate(schedule(name, stages, microbatches, v), 1.0, backward_ratio)
     base = np.array([to_rgb(c) for c in palette(microbatches)])
     shades = {"F": base, "B": base + (1 - base) * 0.55, "W": base * 0.6}
+    shades["BW"] = shades["B"]
     rows = [{"device": f"D{d}", "start": s, "end": e, "label": f"{op.kind}{op.microbatch}",
              "colour": to_hex(shades[op.kind][op.microbatch]),
              "ink": text_colour(shades[op.kind][op.microbatch])}

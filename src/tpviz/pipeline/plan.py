@@ -38,11 +38,23 @@ class Schedule:
     microbatches: int
     chunks: int  # model chunks per device
     ops: tuple[tuple[Op, ...], ...]  # ops[d]: device d's ops in order
+    placement: str = "loop"  # "loop": chunk c on device c % p; "v"; "bidirectional"
 
     @cached_property
     def has_weight_ops(self) -> bool:
         """Whether the backward pass is split into B (input gradient) and W (weight gradient)."""
         return any(op[0] == "W" for ops in self.ops for op in ops)
+
+    def device(self, microbatch: int, chunk: int) -> int:
+        """The device that runs ``chunk`` for ``microbatch``: ``c % p`` ("loop"); ``c`` or
+        ``2p-1-c`` ("v", ZB-V and DualPipeV); ``c`` for the first half of the microbatches and
+        ``p-1-c`` for the second ("bidirectional", Chimera and DualPipe)."""
+        p = self.stages
+        if self.placement == "v":
+            return chunk if chunk < p else 2 * p - 1 - chunk
+        if self.placement == "bidirectional":
+            return chunk if microbatch < self.microbatches // 2 else p - 1 - chunk
+        return chunk % p
 
 
 def _naive(p: int, m: int) -> list[list[Op]]:
@@ -128,7 +140,9 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
+NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")  # chapter 7
+ZOO = ("chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev",  # chapter 8: synchronous
+       "pipedream", "2bw", "pipemare", "ampnet")  # asynchronous
 MAX_OPS = 4_000_000  # a 64-stage, 1,024-microbatch, 4-chunk interleaved schedule has 524,288
 
 
@@ -136,7 +150,10 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
     """The op order of every device for one training step.
 
     Args:
-        name: one of ``"naive"``, ``"gpipe"``, ``"1f1b"``, ``"interleaved"``, ``"zb-h1"``.
+        name: one of ``"naive"``, ``"gpipe"``, ``"1f1b"``, ``"interleaved"``, ``"zb-h1"``, or
+            of chapter 8's zoo (:mod:`tpviz.pipeline.zoo`): ``"chimera"``, ``"zb-h2"``,
+            ``"zb-v"``, ``"dualpipe"``, ``"dualpipev"``, ``"pipedream"``, ``"2bw"``,
+            ``"pipemare"``, ``"ampnet"``.
         stages: pipeline devices p.
         microbatches: m.
         chunks: model chunks per device v (``"interleaved"`` only; m must be a multiple of p).
@@ -149,8 +166,9 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
                                     for label, value in (("stages", stages),
                                                          ("microbatches", microbatches),
                                                          ("chunks", chunks)))
-    name = validate.choice("name", name, NAMES, error=ScheduleError)
-    ops = (3 if name == "zb-h1" else 2) * stages * microbatches * chunks
+    name = validate.choice("name", name, NAMES + ZOO, error=ScheduleError)
+    ops = (3 if name in ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev") else 2
+           ) * stages * microbatches * chunks
     if ops > MAX_OPS:
         raise ScheduleError(
             f"{stages:,} stages × {microbatches:,} microbatches × {chunks} chunks make {ops:,} "
@@ -168,6 +186,13 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
             f"microbatches must be a multiple of {stages}; got {microbatches}. Try "
             f"{(microbatches // stages + 1) * stages}."
         )
+    if name in ZOO:
+        from tpviz.pipeline import zoo  # the zoo builds on this module's 1F1B
+
+        with no_gc():
+            ops = zoo.build(name, stages, microbatches, _one_f_one_b)
+        return Schedule(name, stages, microbatches, zoo.CHUNKS.get(name, 1),
+                        tuple(tuple(o) for o in ops), zoo.PLACEMENT.get(name, "loop"))
     build = {"naive": _naive, "gpipe": _gpipe, "1f1b": _one_f_one_b, "zb-h1": _zb_h1}
     with no_gc():
         ops = (_interleaved(stages, microbatches, chunks) if name == "interleaved"

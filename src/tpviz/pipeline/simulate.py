@@ -1,8 +1,10 @@
 """A dependency-driven simulator: an op starts when its device is free and its inputs are ready.
 
 ``F`` of chunk s needs ``F`` of chunk s - 1 (same microbatch); ``B`` of chunk s needs ``B`` of
-chunk s + 1 (or the last chunk's ``F``); ``W`` needs the ``B`` of its own chunk. Sending between
-devices adds ``p2p`` time.
+chunk s + 1 (or the last chunk's ``F``); ``W`` needs the ``B`` of its own chunk; ``BW`` (a full
+backward in a schedule that also splits some, DualPipe's) needs what ``B`` needs. Sending
+between devices adds ``p2p`` time. The timeline also says which weight version every op read
+(:mod:`tpviz.pipeline.versions`): the staleness and weight copies of each device.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from tpviz.core import validate
 from tpviz.errors import ScheduleError
+from tpviz.pipeline import versions as _versions
 from tpviz.pipeline.plan import Op, Schedule, no_gc
 
 
@@ -21,10 +24,30 @@ class Timeline:
 
     schedule: Schedule
     starts: tuple[tuple[float, ...], ...]
-    durations: dict[str, float]  # time of one F, B and W op
+    durations: dict[str, float]  # time of one F, B, W and BW op
     makespan: float
     bubble_fraction: float  # idle device-time / total device-time
     peak_activations: tuple[int, ...]  # per device: most microbatch activations held at once
+    versions: tuple[tuple[int, ...], ...] = ()  # versions[d][i]: weight version op i reads
+    staleness: tuple[int, ...] = ()  # per device (stage): most updates a gradient is behind
+    weight_copies: tuple[float, ...] = ()  # per device: versions kept x stages held
+
+    @property
+    def steady_bubble(self) -> float:
+        """Idle share of each device's own span (its first op's start to its last op's end),
+        summed over devices: the bubble left when steps overlap, as when Qi et al. bypass the
+        optimizer step's synchronization and the next step's ops fill the skew."""
+        busy = span = 0.0
+        for d in range(self.schedule.stages):
+            spans = self.spans(d)
+            if spans:
+                span += spans[-1][2] - spans[0][1]
+                busy += sum(e - s for _, s, e in spans)
+        return 1 - busy / span if span else 0.0
+
+    def work(self, device: int) -> float:
+        """Compute time of one device (the sum of its ops)."""
+        return sum(e - s for _, s, e in self.spans(device))
 
     def spans(self, device: int) -> list[tuple[Op, float, float]]:
         """(op, start, end) of every op of one device, in order."""
@@ -33,13 +56,18 @@ class Timeline:
                 for op, s in zip(ops, self.starts[device], strict=True)]
 
 
-def simulate(sched: Schedule, forward: float = 1.0, backward: float = 2.0,
-             p2p: float = 0.0) -> Timeline:
+def simulate(sched: Schedule, t_f: float | None = None, t_b: float | None = None,
+             t_w: float | None = None, *, p2p: float = 0.0, forward: float | None = None,
+             backward: float | None = None) -> Timeline:
     """Run the schedule on ideal devices.
 
     Args:
-        forward, backward: times of one op through a *full* stage; a chunk of an interleaved
-            schedule takes ``1/chunks`` of them. In ``zb-h1`` B and W each take half of backward.
+        t_f: time of one forward through a *full* stage (default 1); a chunk of a schedule
+            with v chunks per device takes ``1/v`` of it. ``forward=`` is the same argument.
+        t_b: without ``t_w``: the whole backward (default 2; ``backward=`` is the same), split
+            in halves where a schedule separates B and W. With ``t_w``: the input-gradient
+            part B alone.
+        t_w: the weight-gradient part W (Qi et al.'s T_W); an unsplit backward takes t_b + t_w.
         p2p: time to send an activation or a gradient to another device.
 
     Raises:
@@ -47,20 +75,31 @@ def simulate(sched: Schedule, forward: float = 1.0, backward: float = 2.0,
     """
     validate.instance("schedule", sched, Schedule, "a Schedule",
                       "Make one with tpviz.pipeline.schedule('1f1b', stages, microbatches).")
+    for alias, value, main in (("forward", forward, t_f), ("backward", backward, t_b)):
+        if value is not None and main is not None:
+            raise ScheduleError(f"give the {alias} time once: as {alias}= or positionally.")
+    forward = next(x for x in (forward, t_f, 1.0) if x is not None)
+    backward = next(x for x in (backward, t_b, 2.0) if x is not None)
     forward = validate.number("forward", forward, positive=True)
     backward = validate.number("backward", backward, positive=True)
     p2p = validate.number("p2p", p2p, minimum=0.0)
+    if t_w is None:
+        half = backward / (2 if sched.has_weight_ops else 1)
+        costs = {"F": forward, "B": half, "W": backward / 2, "BW": backward}
+    else:
+        t_w = validate.number("t_w", t_w, positive=True)
+        costs = {"F": forward, "B": backward if sched.has_weight_ops else backward + t_w,
+                 "W": t_w, "BW": backward + t_w}
     with no_gc():
-        return _simulate(sched, forward, backward, p2p)
+        return _simulate(sched, {k: c / sched.chunks for k, c in costs.items()}, p2p)
 
 
-def _simulate(sched: Schedule, forward: float, backward: float, p2p: float) -> Timeline:
+def _simulate(sched: Schedule, cost: dict[str, float], p2p: float) -> Timeline:
     p, v = sched.stages, sched.chunks
     n = p * v  # chunks in the model
     last = n - 1
     split = sched.has_weight_ops
-    cost_f, cost_b = forward / v, backward / v / (2 if split else 1)
-    cost_w = backward / v / 2
+    cost_f, cost_b, cost_w, cost_bw = cost["F"], cost["B"], cost["W"], cost["BW"]
     # finish times, flat per kind: index microbatch * n + chunk; -1 = not run yet
     size = sched.microbatches * n
     fin_f, fin_b, fin_w = [-1.0] * size, [-1.0] * size, [-1.0] * size
@@ -79,9 +118,9 @@ def _simulate(sched: Schedule, forward: float, backward: float, p2p: float) -> T
             if kind == "F":
                 dep, src, out, c = (fin_f, here - 1, fin_f, cost_f) if st else (None, 0, fin_f,
                                                                                   cost_f)
-            elif kind == "B":
-                dep, src, out, c = (fin_b, here + 1, fin_b, cost_b) if st < last else (
-                    fin_f, here, fin_b, cost_b)
+            elif kind == "B" or kind == "BW":
+                c = cost_b if kind == "B" else cost_bw
+                dep, src, out = (fin_b, here + 1, fin_b) if st < last else (fin_f, here, fin_b)
             else:
                 dep, src, out, c = fin_b, here, fin_w, cost_w
             start = t
@@ -90,7 +129,7 @@ def _simulate(sched: Schedule, forward: float, backward: float, p2p: float) -> T
                 if ready < 0:
                     waiting.setdefault((dep is fin_f, src), []).append(d)
                     break
-                if p2p and (src % n) % p != d:
+                if p2p and sched.device(mb, src % n) != d:
                     ready += p2p
                 if ready > t:
                     start = ready
@@ -108,10 +147,17 @@ def _simulate(sched: Schedule, forward: float, backward: float, p2p: float) -> T
         op = sched.ops[stuck[0]][pos[stuck[0]]]
         raise ScheduleError(f"the schedule deadlocks: device {stuck[0]} waits forever at {op}.")
     makespan = max(free)
-    cost = {"F": cost_f, "B": cost_b, "W": cost_w}
     busy = sum(cost[op[0]] for ops in sched.ops for op in ops)
-    return Timeline(sched, tuple(tuple(r) for r in starts), cost, makespan,
-                    1 - busy / (p * makespan), tuple(_peak(ops, split) for ops in sched.ops))
+    starts = tuple(tuple(r) for r in starts)
+    if sched.name in _versions.STASH:
+        ends = [[s + cost[op[0]] for op, s in zip(ops, row, strict=True)]
+                for ops, row in zip(sched.ops, starts, strict=True)]
+        read = _versions.read(sched, starts, ends)
+    else:  # synchronous: every op reads version 0 (cheap for a million ops)
+        read = tuple((0,) * len(ops) for ops in sched.ops)
+    return Timeline(sched, starts, dict(cost), makespan,
+                    1 - busy / (p * makespan), tuple(_peak(ops, split) for ops in sched.ops),
+                    read, _versions.staleness(sched, read), _versions.copies(sched, read))
 
 
 def releasing_kind(split: bool) -> str:
@@ -128,7 +174,7 @@ def _peak(ops, split: bool) -> int:
         if op.kind == "F":
             held += 1
             peak = max(peak, held)
-        elif op.kind == release:
+        elif op.kind == release or op.kind == "BW":
             held -= 1
     return peak
 

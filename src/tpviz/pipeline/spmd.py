@@ -59,9 +59,13 @@ def ticks(sched: Schedule) -> Ticks:
     op if that op's input arrived at an earlier tick (an F needs the previous stage's F of the
     same microbatch, a B the next stage's B, or the last stage's own F).
 
+    Each device keeps only the last activation and the last gradient it was sent (one buffer
+    each), so an op order in which a second message arrives before the first is used (the
+    interleaved order with one chunk sends ahead like that) is refused, not run wrong.
+
     Raises:
         ScheduleError: a schedule with chunks > 1 or split W ops (use ``run.run`` for those),
-            or an op order that deadlocks.
+            an op order whose messages would overwrite one another, or one that deadlocks.
     """
     if sched.chunks != 1 or sched.has_weight_ops:
         raise ScheduleError(f"the SPMD pipeline runs one chunk per device and unsplit backwards "
@@ -70,6 +74,7 @@ def ticks(sched: Schedule) -> Ticks:
     done: dict[tuple[str, int, int], int] = {}  # (kind, microbatch, stage) -> tick it ran
     pos, free, held = [0] * p, [[] for _ in range(p)], [{} for _ in range(p)]
     used = [0] * p
+    last_sent = {}  # (kind, device) -> microbatch of the last message the device was sent
     kinds, mbs, slots = [], [], []
     t = 0
     while any(pos[d] < len(sched.ops[d]) for d in range(p)):
@@ -82,6 +87,12 @@ def ticks(sched: Schedule) -> Ticks:
                 ("B", mb, s + 1) if s < p - 1 else ("F", mb, s))
             if need is not None and done.get(need, t) >= t:
                 continue
+            if need is not None and need[2] != s and last_sent.get((kind, d)) != mb:
+                raise ScheduleError(
+                    f"{sched.name!r} cannot run as one SPMD program: device {d}'s {kind} of "
+                    f"microbatch {mb} finds microbatch {last_sent.get((kind, d))}'s message in "
+                    "its one-message buffer (the order sends ahead). Use naive, gpipe or 1f1b "
+                    "here, and tpviz.pipeline.run.run for the other schedules.")
             if kind == "F":
                 slot = free[d].pop() if free[d] else used[d]
                 used[d] = max(used[d], slot + 1)
@@ -94,6 +105,10 @@ def ticks(sched: Schedule) -> Ticks:
             if row_k[d] != IDLE:
                 done["F" if row_k[d] == FWD else "B", row_m[d], d] = t
                 pos[d] += 1
+                if row_k[d] == FWD and d < p - 1:
+                    last_sent["F", d + 1] = row_m[d]
+                elif row_k[d] == BWD and d > 0:
+                    last_sent["B", d - 1] = row_m[d]
         if all(k == IDLE for k in row_k):
             raise ScheduleError(f"the schedule deadlocks in lock step at tick {t}.")
         kinds.append(tuple(row_k))

@@ -14,9 +14,11 @@ global batch B sequences, microbatch b and m = B/(d·b) microbatches per pipelin
   plus its tensor-parallel all-reduces and pipeline sends (exposed, as in Megatron-LM), so the
   bubble is (p-1)/(m+p-1) of it (:func:`tpviz.pipeline.bubble_formula`), then the data axis's
   gradient reduction after the flush (exposed);
-- MFU: model FLOPs 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) (PTD-P's count, eq. 3, without
-  the recomputed forward pass: its 96·(… + V/(16·L·h)) counts the layers 4 times but the output
-  layer 3 times) over (step time × devices × peak FLOP/s).
+- MFU: model FLOPs (:meth:`tpviz.core.hardware.Model.flops`: 6 per weight per token and the
+  attention scores, without recomputation; for PTD-P's GPT models 72·B·s·L·h²·(1 + s/(6h)
+  + V/(12·L·h)), its eq. 3 without the recomputed forward pass, whose 96·(… + V/(16·L·h))
+  counts the layers 4 times but the output layer 3 times) over (step time × devices × peak
+  FLOP/s).
 
 Compute runs at ``efficiency`` × peak, an assumption (large bf16 matmuls reach about that); the
 model has no penalty for small matmuls, no overlap of communication and no interleaving.
@@ -24,11 +26,14 @@ model has no penalty for small matmuls, no overlap of communication and no inter
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 from tpviz.core import validate
 from tpviz.core.collectives import Collective, Collectives
 from tpviz.core.cost import SYSTEMS, System
+from tpviz.core.hardware.models import MODELS as HW_MODELS
+from tpviz.core.hardware.models import Model
 from tpviz.errors import ArgumentError
 from tpviz.pipeline import bubble_formula
 from tpviz.together.memory import RECOMPUTE, activation_bytes
@@ -38,42 +43,17 @@ AXES = ("data", "pipeline", "tensor")  # outermost to innermost
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers")
 
 
-@dataclass(frozen=True)
-class Model:
-    """A GPT-like decoder: L layers of width h with a heads, sequence s, vocabulary V, and the
-    global batch B (sequences) it trains with."""
-
-    name: str
-    layers: int
-    hidden: int
-    heads: int
-    seq: int = 2048
-    vocab: int = 51200
-    batch: int = 1536
-
-    @property
-    def params(self) -> float:
-        """Ψ = 12·L·h² + 13·L·h + (V + s)·h (PTD-P's count, with biases and embeddings)."""
-        h = self.hidden
-        return 12 * self.layers * h * h + 13 * self.layers * h + (self.vocab + self.seq) * h
-
-    def flops(self, batch: int | None = None) -> float:
-        """Model FLOPs of one step, 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)): forward 24·B·s·h² +
-        4·B·s²·h per layer and 2·B·s·h·V for the logits, times 3 (forward and backward), with no
-        recomputation (PTD-P's eq. 3 with recomputation has 96 and V/(16·L·h))."""
-        B, s, L, h = batch or self.batch, self.seq, self.layers, self.hidden
-        return 72 * B * s * L * h * h * (1 + s / (6 * h) + self.vocab / (12 * L * h))
-
-
 # GPT-3 sizes (Brown et al. 2020, Table 2.1; 13B's width 5140 there is 40 heads × 128 = 5120) and
-# PTD-P's Table 1 models (Narayanan et al. 2021), vocabulary 51,200, sequence 2048
+# PTD-P's Table 1 models (Narayanan et al. 2021), vocabulary 51,200, sequence 2048; GPT-3 175B,
+# LLaMA-2/3 and Mixtral are core.hardware's presets (one spec of each model)
 MODELS = {m.name: m for m in (
     Model("GPT-3 2.7B", 32, 2560, 32, batch=512),
     Model("GPT-3 6.7B", 32, 4096, 32, batch=1024),
     Model("GPT-3 13B", 40, 5120, 40, batch=1024),
-    Model("GPT-3 175B", 96, 12288, 96, batch=1536),
+    HW_MODELS["GPT-3 175B"],
     Model("PTD-P 145.6B", 80, 12288, 96, batch=2304),
     Model("PTD-P 1T", 128, 25600, 160, batch=3072),
+    *(m for name, m in HW_MODELS.items() if name != "GPT-3 175B"),
 )}
 
 
@@ -87,9 +67,13 @@ class Cluster:
     memory: float
 
 
+# Megatron-LM runs NCCL, whose all-reduce across nodes is one flat ring over every GPU of the
+# group (its channels spread over the NICs): the "ring" algorithm of core.hardware
 CLUSTERS = {c.name: c for c in (
-    Cluster("A100 80GB (Selene)", SYSTEMS["A100 cluster (NVLink + InfiniBand)"], 80e9),
-    Cluster("H100 80GB", SYSTEMS["H100 cluster (NVLink + InfiniBand)"], 80e9),
+    Cluster("A100 80GB (Selene)", replace(SYSTEMS["A100 cluster (NVLink + InfiniBand)"],
+                                          algorithm="ring"), 80e9),
+    Cluster("H100 80GB", replace(SYSTEMS["H100 cluster (NVLink + InfiniBand)"],
+                                 algorithm="ring"), 80e9),
 )}
 
 
@@ -144,12 +128,20 @@ class Plan:
                 f"ZeRO-{self.zero_stage} recompute={self.recompute}")
 
 
-def bandwidth(cluster: Cluster, stride: int, size: int) -> float:
-    """Bytes/s per device of an axis of ``size`` devices ``stride`` apart: NVLink when the
-    group fits in a node, else the network between nodes."""
-    system = cluster.system
-    inside = not system.node or stride * size <= system.node
-    return system.bandwidth if inside else system.between_nodes
+def per_node(cluster: Cluster, stride: int, size: int) -> int | None:
+    """GPUs of one group of ``size`` GPUs ``stride`` apart inside one node (None: no nodes)."""
+    node = cluster.system.node
+    if not node:
+        return None
+    return min(size, max(1, node // stride))
+
+
+def seconds(cluster: Cluster, collectives: Collectives, stride: int) -> float:
+    """Seconds of ``collectives`` over groups of GPUs ``stride`` apart, each priced by
+    :mod:`tpviz.core.hardware` (NVLink inside a node, the NICs of the group's GPUs between)."""
+    counts = Counter(collectives)  # the same collective repeats per layer: price it once
+    return sum(k * cluster.system.price(c, per_node(cluster, stride, c.group_size)).seconds
+               for c, k in counts.items())
 
 
 def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, microbatch: int = 1,
@@ -173,7 +165,8 @@ def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, mic
             raise ArgumentError(f"{what} = {whole} is not divisible by {part}; choose "
                                          f"sizes that divide it.")
     s, h, L, m = model.seq, model.hidden, model.layers // p, model.batch // (d * b)
-    stage_params = (L * (12 * h * h + 13 * h) + (model.vocab + s) * h) / t
+    embedding = model.vocab * h + (s * h if model.learned_positions else 0)  # the first stage's
+    stage_params = (L * model.layer_params + embedding) / t
     states = zero_plan.memory(stage_params, d, zero_stage)
     act = activation_bytes(s, b, h, model.heads, t, sequence_parallel, recompute)
     working = (activation_bytes(s, b, h, model.heads, t, sequence_parallel) - act
@@ -182,7 +175,8 @@ def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, mic
               "activations": act * L * min(p, m),
               "buffers": working + (2 * 2 * s * b * h if p > 1 else 0.0)}
     # one microbatch on one stage: forward 1, backward 2, recomputed forward (full) 1
-    layer_fwd = 2 * b * s * (12 * h * h) + 4 * b * s * s * h  # matmuls + attention scores
+    layer_fwd = (2 * b * s * model.layer_matmul_params  # matmuls + attention scores
+                 + 4 * b * s * s * model.heads * model.d)
     extra = {"none": 0.0, "selective": 4 * b * s * s * h, "full": layer_fwd}[recompute]
     logits = 3 * 2 * b * s * h * model.vocab / p  # the output layer, spread over the stages
     slot_compute = (L * (3 * layer_fwd + extra) + logits) / t / (cluster.system.flops * eff)
@@ -194,10 +188,9 @@ def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, mic
     pp = Collectives([Collective("collective-permute", activation, p, axes=("pipeline",),
                                  what="activations forward, their gradients backward")] * 2
                      if p > 1 else [])
-    tp_s = sum(c.time(bandwidth(cluster, 1, t)) for c in tp)
-    pp_s = sum(c.time(bandwidth(cluster, t, p)) for c in pp)
+    tp_s, pp_s = seconds(cluster, tp, 1), seconds(cluster, pp, t)
     dp = _data_collectives(stage_params, d, zero_stage, m)
-    dp_s = sum(c.time(bandwidth(cluster, t * p, d)) for c in dp)
+    dp_s = seconds(cluster, dp, t * p)
     fraction, _ = bubble_formula("1f1b", p, m)
     busy = m * (slot_compute + tp_s + pp_s)
     return Plan(model, cluster, t, p, d, b, zero_stage, recompute, sequence_parallel, memory,

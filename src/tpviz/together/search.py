@@ -38,7 +38,8 @@ def candidates(model: Model | str, cluster: Cluster | str, gpus: int, *,
               k & (k - 1) == 0):
         for p in (k for k in _divisors(L) if (n // t) % k == 0):
             d = n // (t * p)
-            stage_params = (L // p * (12 * h * h + 13 * h) + (model.vocab + model.seq) * h) / t
+            embedding = model.vocab * h + (model.seq * h if model.learned_positions else 0)
+            stage_params = (L // p * model.layer_params + embedding) / t
             for zero in zero_stages:
                 if zero_plan.memory(stage_params, d, zero).total > cluster.memory:
                     continue  # the states alone do not fit: no b or recomputation helps

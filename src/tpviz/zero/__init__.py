@@ -20,10 +20,11 @@ from tpviz.zero.plan import (
     Memory,
     collectives,
     communication,
+    fsdp_collectives,
     memory,
     smallest_devices,
 )
 
 __all__ = ["CATEGORIES", "MODELS", "PARTITIONED", "PRECISIONS", "STAGES", "Measurement", "Memory",
-           "ZeroError", "check", "collectives", "communication", "draw", "explore_zero", "measure",
-           "memory", "smallest_devices"]
+           "ZeroError", "check", "collectives", "communication", "draw", "explore_zero",
+           "fsdp_collectives", "measure", "memory", "smallest_devices"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from tpviz.core.figures import OKABE_ITO, palette
+from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, palette
+from tpviz.core.figures import figure as column_figure
 from tpviz.zero.plan import CATEGORIES, PARTITIONED, communication, memory
 
 LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
@@ -16,10 +17,10 @@ def partitions(devices: int = 4) -> Figure:
     """Stages 0-3 side by side: for each device (row) and category, which part of the vector it
     holds (coloured by device; grey = not held)."""
     colours = palette(devices)
-    height = 0.42 * devices + 1.3
-    fig = Figure(figsize=(10, height))
+    height = 0.42 * devices + 1.6
+    fig = column_figure(height)
     axes = fig.subplots(1, 4)
-    fig.subplots_adjust(left=0.05, right=0.99, top=1 - 0.6 / height, bottom=0.3 / height,
+    fig.subplots_adjust(left=0.05, right=0.99, top=1 - 0.85 / height, bottom=0.3 / height,
                         wspace=0.12)
     for stage, ax in enumerate(axes):
         for d in range(devices):
@@ -32,16 +33,18 @@ def partitions(devices: int = 4) -> Figure:
                     ax.add_patch(_rect(x0, d, 1.0, colours[d]))
         ax.set_xlim(-0.05, 3.25)
         ax.set_ylim(devices, 0)
-        ax.set_xticks([0.5, 1.6, 2.7], ["params", "grads", "optimizer"], fontsize=8)
+        ax.set_xticks([0.5, 1.6, 2.7], ["par.", "grad", "opt."], fontsize=SMALL_PT)
         ax.set_yticks([d + 0.5 for d in range(devices)],
-                      [f"D{d}" if stage == 0 else "" for d in range(devices)], fontsize=8)
+                      [f"D{d}" if stage == 0 else "" for d in range(devices)], fontsize=SMALL_PT)
         ax.tick_params(length=0)
         for side in ax.spines.values():
             side.set_visible(False)
         ax.set_title({0: "stage 0: data parallel", 1: "stage 1: optimizer",
-                      2: "stage 2: + gradients", 3: "stage 3: + parameters"}[stage], fontsize=9)
-    fig.suptitle(f"What each of {devices} devices holds (a bar = the whole vector of Ψ values)",
-                 fontsize=10, x=0.01, ha="left")
+                      2: "stage 2: + gradients", 3: "stage 3: + parameters"}[stage],
+                              fontsize=SMALL_PT)
+    fig.suptitle(f"What each of {devices} devices holds: parameters, gradients, optimizer state"
+                 "\n(a bar = the whole vector of Ψ values)",
+                 fontsize=TITLE_PT, x=0.01, ha="left")
     return fig
 
 
@@ -55,7 +58,7 @@ def memory_bars(params: float, devices: int, *, capacity: float | None = 80e9, s
     """Per-device memory of stages 0-3, stacked by category, with the accelerator's memory as a
     line and each stage's communication per step written above its bar."""
     if ax is None:
-        fig = Figure(figsize=(8, 3.6))  # a fixed layout: constrained layout doubles the time
+        fig = column_figure(3.6, 8)  # a fixed layout: constrained layout doubles the time
         ax = fig.subplots()
         fig.subplots_adjust(left=0.09, right=0.98, top=0.86, bottom=0.15)
     sizes = dict(param_bytes=param_bytes, grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
@@ -70,17 +73,17 @@ def memory_bars(params: float, devices: int, *, capacity: float | None = 80e9, s
             bottom += value / gb
         comm = communication(params, devices, s, param_bytes=param_bytes) / gb
         ax.text(s, bottom, f"{bottom:,.1f} GB\nsends {comm:,.1f} GB/step", ha="center",
-                va="bottom", fontsize=8)
+                va="bottom", fontsize=SMALL_PT)
     top = max(memory(params, devices, 0, **sizes).total / gb, capacity / gb if capacity else 0)
     if capacity:
         ax.axhline(capacity / gb, color=OKABE_ITO[5], linestyle="--", linewidth=1.2)
         ax.text(3.45, capacity / gb, f"{capacity / gb:g} GB accelerator", color=OKABE_ITO[5],
-                ha="right", va="bottom", fontsize=8)
+                ha="right", va="bottom", fontsize=SMALL_PT)
     ax.set_ylim(0, top * 1.25)
     ax.set_xticks(range(4), ["stage 0\n(data parallel)", "stage 1", "stage 2", "stage 3"])
     ax.set_ylabel("GB per device")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=SMALL_PT, loc="upper right")
     ax.set_title(f"{params / 1e9:g}B parameters on {devices} devices "
                  f"({param_bytes:g} + {grad_bytes:g} + {optimizer_bytes:g} bytes per parameter)",
-                 fontsize=10, loc="left")
+                 fontsize=TITLE_PT, loc="left")
     return ax.figure

@@ -81,9 +81,27 @@ def collectives(params: float, devices: int, stage: int, *, param_bytes: float =
     whole, n = params * param_bytes, devices
     gather = Collective("all-gather", whole, n, what="parameters")
     scatter = Collective("reduce-scatter", whole / n, n, what="gradients")
+    if stage == 3:
+        return fsdp_collectives(whole, n)
     return Collectives({0: [Collective("all-reduce", whole, n, what="gradients")],
-                        1: [scatter, gather], 2: [scatter, gather],
-                        3: [gather, gather, scatter]}[stage])
+                        1: [scatter, gather], 2: [scatter, gather]}[stage])
+
+
+def fsdp_collectives(nbytes: float, devices: int, reshard_after_forward: bool = True
+                     ) -> Collectives:
+    """FSDP's (ZeRO stage 3's) collectives of one training step for ``nbytes`` of parameters
+    sharded over ``devices``: the one FSDP schedule, named as PyTorch FSDP2 names it.
+
+    ``reshard_after_forward=True`` (ZeRO-3): all-gather the parameters for the forward pass,
+    free them, all-gather them again for the backward pass, reduce-scatter the gradients:
+    3 (N-1)/N · nbytes sent per device (12·D·F per bf16 MLP layer of 2·D·F weights).
+    ``False``: gather once and keep the weights until the backward pass is done (more memory,
+    one gather fewer): 2 (N-1)/N · nbytes (8·D·F), what the 2D mesh of chapter 6 does.
+    """
+    n = devices
+    gather = Collective("all-gather", nbytes, n, what="parameters")
+    scatter = Collective("reduce-scatter", nbytes / n, n, what="gradients")
+    return Collectives([gather, gather, scatter] if reshard_after_forward else [gather, scatter])
 
 
 def communication(params: float, devices: int, stage: int, *, param_bytes: float = 2) -> float:

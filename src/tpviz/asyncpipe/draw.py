@@ -1,0 +1,122 @@
+"""Drawings of chapter 8: the Gantt chart coloured by weight version, staleness and weight
+copies per stage, and the loss curves of the staleness runs."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+
+from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
+from tpviz.core.figures import figure as column_figure
+from tpviz.pipeline.draw import IDLE
+from tpviz.pipeline.simulate import Timeline
+
+SHADE = {"F": 0.0, "B": 0.55, "BW": 0.55, "W": -0.4}  # B lighter, W darker than F
+
+
+def version_colours(versions: int) -> np.ndarray:
+    """One base colour per weight version (a cycle of 10)."""
+    return np.array([to_rgb(c) for c in palette(min(max(versions, 1), 10))])
+
+
+def op_colour(base: np.ndarray, kind: str) -> np.ndarray:
+    """The colour(s) ``base`` of a version, shaded for the op's kind."""
+    k = SHADE[kind]
+    return base + (1 - base) * k if k >= 0 else base * (1 + k)
+
+
+def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
+    """Devices × time, one box per op, coloured by the weight version it reads (synchronous
+    schedules: one colour, version 0); F full colour, B lighter, W darker; grey = idle. Charts
+    of more than 1,500 ops are painted as an image (fast)."""
+    s = t.schedule
+    if ax is None:
+        height = 0.45 * s.stages + 1.6 if s.stages <= 8 else 0.25 * s.stages + 1.6
+        fig = column_figure(height)
+        ax = fig.subplots()
+        fig.subplots_adjust(left=0.08, right=0.99, top=1 - 0.6 / height, bottom=0.55 / height)
+    top = max((max(r) for r in t.versions if r), default=0)
+    base = version_colours(top + 1)
+    shades = {k: op_colour(base, k) for k in SHADE}  # kind -> [version, rgb]
+    count = sum(map(len, s.ops))
+    labels = count <= 200 if labels is None else labels
+    rows = []
+    for d in range(s.stages):
+        kinds = np.array([op[0] for op in s.ops[d]])
+        a = np.asarray(t.starts[d])
+        b = a + np.array([t.durations[k] for k in kinds])
+        v = np.asarray(t.versions[d]) % len(base)
+        colour = np.empty((len(a), 3))
+        for kind, table in shades.items():
+            colour[kinds == kind] = table[v[kinds == kind]]
+        rows.append((a, b, colour))
+    if count > 1500:
+        width = 1600
+        image = np.empty((5 * s.stages, width, 3))
+        image[:] = to_rgb(IDLE)
+        scale = width / t.makespan
+        for d, (a, b, colour) in enumerate(rows):
+            for x0, x1, c in zip((a * scale + 0.5).astype(int), (b * scale + 0.5).astype(int),
+                                 colour, strict=True):
+                image[5 * d: 5 * d + 4, x0:max(x0 + 1, x1)] = c
+        ax.imshow(image, extent=(0, t.makespan, s.stages - 0.5, -0.5), aspect="auto",
+                  interpolation="nearest")
+    else:
+        verts = []
+        for d, (a, b, _) in enumerate(rows):
+            box = np.empty((len(a), 4, 2))
+            box[:, [0, 3], 0], box[:, [1, 2], 0] = a[:, None], b[:, None]
+            box[:, :2, 1], box[:, 2:, 1] = d - 0.4, d + 0.4
+            verts.append(box)
+        ax.add_collection(PolyCollection(np.concatenate(verts),
+                                         facecolors=np.concatenate([r[2] for r in rows]),
+                                         edgecolors="white", linewidths=0.5))
+    if labels:
+        for d, ((a, b, colour), ops) in enumerate(zip(rows, s.ops, strict=True)):
+            for op, x0, x1, c in zip(ops, a, b, colour, strict=True):
+                if x1 - x0 >= 0.04 * t.makespan:
+                    ax.text((x0 + x1) / 2, d, f"{op.kind}{op.microbatch}", ha="center",
+                            va="center", fontsize=SMALL_PT, color=text_colour(c))
+    ax.set_facecolor(IDLE)
+    ax.set_xlim(0, t.makespan)
+    ax.set_ylim(s.stages - 0.5, -0.5)
+    step = max(1, s.stages // 8)
+    ax.set_yticks(range(0, s.stages, step), [f"D{d}" for d in range(0, s.stages, step)])
+    ax.set_xlabel("time (one forward through a stage = 1)", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
+    ax.set_title(f"{s.name}: p = {s.stages}, m = {s.microbatches}; colour = weight version "
+                 f"read (0 … {top}).\nF full, B lighter, W darker; grey = idle",
+                 fontsize=SMALL_PT, loc="left")
+    return ax.figure
+
+
+def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figure:
+    """Loss of the current weights after every step, one line per run (log scale)."""
+    if ax is None:
+        fig = column_figure(3.6, layout="constrained")
+        ax = fig.subplots()
+    colours = palette(len(curves))
+    for (label, c), colour in zip(curves.items(), colours, strict=True):
+        ax.plot(c.losses, color=colour, label=label, linewidth=1.3)
+    ax.set_yscale("log")
+    ax.set_xlabel("step (one microbatch)", fontsize=SMALL_PT)
+    ax.set_ylabel("loss on a fixed batch", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
+    if legend:
+        ax.legend(fontsize=SMALL_PT, loc="upper right")
+    ax.set_title(title, fontsize=TITLE_PT, loc="left")
+    return ax.figure
+
+
+def curves_side_by_side(results: dict) -> Figure:
+    """One panel per learning rate of :func:`tpviz.asyncpipe.stale.train`'s result, side by
+    side, and one legend below them."""
+    fig = column_figure(4.6, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(results), sharey=True))
+    for ax, (lr, curves) in zip(axes, results.items(), strict=True):
+        losses(curves, ax, f"learning rate {lr}", legend=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=SMALL_PT)
+    return fig

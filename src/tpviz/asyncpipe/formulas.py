@@ -1,0 +1,85 @@
+"""Each paper's bubble, staleness and weight copies, beside what the simulator finds.
+
+Staleness and weight copies are per stage s = 0 … p-1; weight copies count one p-th of the
+model's parameters (one stage of a p-stage pipeline). "idle" is the bubble as idle time of one
+device per step, in units of one forward through a stage (t_F = t_B = t_W = 1, a full backward
+2), as DeepSeek's table writes it; "fraction" is idle / total device-time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpviz.core import validate
+from tpviz.errors import ScheduleError
+from tpviz.pipeline import schedule, simulate
+from tpviz.pipeline.plan import ZOO
+
+#: name -> (source, bubble as the paper writes it, staleness of stage s, weight copies of s)
+FORMULAS = {
+    "1f1b": ("Narayanan et al. 2021 (PipeDream-Flush)", "(p−1)/(m+p−1)", "0", "1"),
+    "pipedream": ("Narayanan et al. 2019", "no flush: (p−1)/(m+p−1) → 0 as m grows", "p−1−s",
+                  "p−s"),
+    "2bw": ("Narayanan et al. 2021", "no flush: (p−1)/(m+p−1) → 0", "1", "2"),
+    "pipemare": ("Yang et al. 2021", "no flush: (p−1)/(m+p−1) → 0", "p−1−s (forward)", "1"),
+    "ampnet": ("Gaunt et al. 2017", "no flush: (p−1)/(m+p−1) → 0", "p−1−s (forward)", "1"),
+    "chimera": ("Li & Hoefler 2021", "(p−2)/(2m+p−2) at m = p, t_F = t_B", "0", "2"),
+    "zb-h1": ("Qi et al. 2024", "idle (p−1)(t_F+t_B−t_W)", "0", "1"),
+    "zb-h2": ("Qi et al. 2024", "0 when steps overlap, memory (2p−1) M_B", "0", "1"),
+    "zb-v": ("Qi et al. 2024", "0 when steps overlap, memory p M_B", "0", "1"),
+    "dualpipe": ("DeepSeek-AI 2024", "idle (p/2−1)(F&B+B−3W), activations p+1", "0", "2"),
+    "dualpipev": ("DeepSeek-AI 2024", "idle (p−1)(F&B+B−3W) of half chunks, activations 2p+1",
+                  "0", "1 (2 of its 2p half-size stages)"),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    source: str
+    bubble_formula: str
+    bubble_paper: float  # the formula's number at this (p, m), nan where it gives none
+    bubble: float  # simulated, fraction of the device-time
+    idle: float  # simulated idle time of device 0 per step
+    staleness_formula: str
+    staleness: tuple[int, ...]  # simulated, per stage
+    copies_formula: str
+    weight_copies: tuple[float, ...]  # simulated, per stage
+    peak_activations: tuple[int, ...]
+
+
+def paper_bubble(name: str, p: int, m: int) -> float:
+    """The number the paper's bubble formula gives at t_F = t_W = 1 (t_B = 1 input part)."""
+    if name in ("1f1b", "pipedream", "2bw", "pipemare", "ampnet"):
+        return (p - 1) / (m + p - 1)
+    if name == "chimera":
+        return (p - 2) / (2 * m + p - 2) if m == p else float("nan")
+    if name in ("zb-h2", "zb-v"):
+        return 0.0
+    if name == "zb-h1":
+        return (p - 1) * (1 + 1 - 1) / (3 * m + (p - 1) * (1 + 1 - 1))
+    if name == "dualpipe":  # idle (p/2-1)(F&B + B - 3W), F&B = F + B, B = 2, W = 1
+        idle = (p / 2 - 1) * (3 + 2 - 3)
+        return idle / (3 * m + idle)
+    if name == "dualpipev":  # chunks of half size: F = 0.5, B = 1, W = 0.5; PP = 2p
+        idle = (p - 1) * (1.5 + 1 - 1.5)
+        return idle / (3 * m + idle)
+    return float("nan")
+
+
+def row(name: str, p: int, m: int) -> Row:
+    """One schedule at (p, m), t_F = t_B = t_W = 1 (Chimera: t_F = t_B = 1, its paper's case):
+    the papers' formulas and the simulator's."""
+    name = validate.choice("name", name, tuple(FORMULAS), error=ScheduleError)
+    # Chimera's formula counts t_F = t_B (a whole backward as long as a forward)
+    times = (1.0, 1.0) if name == "chimera" else (1.0, 1.0, 1.0)
+    t = simulate(schedule(name, p, m), *times)
+    source, bubble, stale, copies = FORMULAS[name]
+    return Row(name, source, bubble, paper_bubble(name, p, m), t.bubble_fraction,
+               t.makespan - t.work(0), stale, t.staleness, copies, t.weight_copies,
+               t.peak_activations)
+
+
+def table(p: int = 4, m: int = 8, names=("1f1b", "zb-h1", *ZOO)) -> list[Row]:
+    """:func:`row` for every schedule (chimera at m = p, its formula's case)."""
+    return [row(n, p, p if n == "chimera" else m) for n in names]

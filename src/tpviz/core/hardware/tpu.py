@@ -1,0 +1,180 @@
+"""A TPU slice: a 2D or 3D torus of chips, links only to nearest neighbours (ICI).
+
+Per-generation rule for wraparound links (austin2025scaling, "How to Think About TPUs"):
+
+- **v5e, v6e** (one 16×16 pod, no optical switches): an axis has wraparound iff its size is 16
+  (an 8×16 slice wraps on its long axis only).
+- **v4, v5p** (4×4×4 cubes joined by optical switches): wraparound on every axis iff the slice is
+  made of whole cubes (every axis a multiple of 4); a 2×2×4 has none.
+
+Pricing a collective over ``axes`` of the slice, with V the bytes of the whole array, N the
+devices in the group, and W the ICI bandwidth of one link in one direction (4.5e10 B/s on v5e):
+
+- **all-gather / reduce-scatter**: every axis ``a`` adds its links: 2W with wraparound (data
+  flows both ways round the ring), W without (a line: the end chip receives everything over one
+  link). ``bandwidth_s = (N - 1)/N · V / Σₐ Wₐ``; one axis with wraparound gives the Scaling
+  Book's V / W_bidi. Hops: ⌊n/2⌋ per axis with wraparound, n - 1 without, summed over axes.
+- **all-reduce**: a reduce-scatter then an all-gather, twice both terms.
+- **all-to-all**: axis by axis; each device holds b = V/N and sends b/n to each of the n peers
+  of the axis. On a ring each link carries b·S(n)/n each way (:func:`ring_sum`), = V/(8W) for a
+  single even axis, the Scaling Book's V / (4 W_bidi): a quarter of an all-gather. On a line the
+  middle link carries ⌊n/2⌋⌈n/2⌉ b/n, twice as much.
+- **collective-permute**: nbytes over one link, one hop.
+
+Latency: α = 1 µs per hop (the Scaling Book's "typically around 1us"). Between slices (DCN):
+each chip's share of its host's NICs (:attr:`TpuSystem.dcn`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tpviz.core.hardware.chips import CHIPS, Chip
+from tpviz.core.hardware.price import Price, kind_of, ring_sum
+
+
+@dataclass(frozen=True)
+class TpuSystem:
+    """A TPU generation's chip and network.
+
+    Attributes:
+        chip: the :class:`Chip`.
+        link: ICI bytes/s of one link in one direction.
+        hop_latency: α, seconds per ICI hop.
+        dcn: DCN bytes/s per chip (egress) between slices.
+        cubes: True for generations built from 4×4×4 cubes with optical switches (v4, v5p).
+        pod: the largest slice shape.
+        source: ``references.bib`` key of the network numbers.
+    """
+
+    name: str
+    chip: Chip
+    link: float
+    hop_latency: float
+    dcn: float
+    cubes: bool
+    pod: tuple[int, ...]
+    source: str = "austin2025scaling"
+
+    def wraparound(self, mesh_shape) -> tuple[bool, ...]:
+        """Which axes of a slice of this shape have wraparound links (the module's rule)."""
+        shape = tuple(mesh_shape)
+        if self.cubes:
+            whole = all(n % 4 == 0 for n in shape)
+            return tuple(whole and n > 2 for n in shape)
+        return tuple(n == 16 for n in shape)
+
+
+TPUS = {s.name: s for s in (
+    # ICI per link and direction, v5e 4.5e10 and v5p/v6e 9e10 B/s; DCN per chip 3.125e9 (v5e),
+    # 6.25e9 (v5p), 1.25e10 (v6e); ~1 µs per hop; pods 16x16 and 16x20x28 (austin2025scaling)
+    TpuSystem("TPU v5e", CHIPS["TPU v5e"], 4.5e10, 1e-6, 3.125e9, False, (16, 16)),
+    TpuSystem("TPU v5p", CHIPS["TPU v5p"], 9e10, 1e-6, 6.25e9, True, (16, 20, 28)),
+    TpuSystem("TPU v6e", CHIPS["TPU v6e"], 9e10, 1e-6, 1.25e10, False, (16, 16)),
+)}
+
+
+@dataclass(frozen=True)
+class TpuSlice:
+    """A slice of ``mesh_shape`` chips; see the module text for how collectives are priced."""
+
+    system: TpuSystem
+    mesh_shape: tuple[int, ...]
+    wrap: tuple[bool, ...]
+
+    @property
+    def chip(self) -> Chip:
+        return self.system.chip
+
+    def _axes(self, axes) -> tuple[int, ...]:
+        from tpviz.core import validate
+
+        if isinstance(axes, int):
+            axes = (axes,)
+        axes = tuple(validate.integer("axes", a, minimum=0, maximum=len(self.mesh_shape) - 1,
+                                      fix=f"use indices into mesh_shape {self.mesh_shape}")
+                     for a in axes)
+        if len(set(axes)) != len(axes):
+            from tpviz.errors import ArgumentError
+
+            raise ArgumentError(f"axes = {axes} names an axis twice; name each once.")
+        return tuple(a for a in axes if self.mesh_shape[a] > 1)
+
+    def price(self, kind: str, nbytes: float, axes=None) -> Price:
+        """The :class:`Price` of ``kind`` on V = ``nbytes`` bytes over ``axes`` (indices into
+        ``mesh_shape``; default: all)."""
+        from tpviz.core import validate
+
+        kind = kind_of(kind)
+        v = validate.number("nbytes", nbytes, minimum=0)
+        axes = self._axes(range(len(self.mesh_shape)) if axes is None else axes)
+        w, alpha = self.system.link, self.system.hop_latency
+        sizes = [self.mesh_shape[a] for a in axes]
+        rings = [self.wrap[a] for a in axes]
+        n = math.prod(sizes)
+        where = "ICI " + "+".join(f"axis {a}{'' if self.wrap[a] else ' (no wraparound)'}"
+                                  for a in axes) if axes else "none"
+        if n <= 1:
+            return Price(kind, v, 0.0, 0.0, "none")
+        hops = sum(k // 2 if ring else k - 1 for k, ring in zip(sizes, rings, strict=True))
+        if kind == "collective-permute":
+            return Price(kind, v, alpha, v / w, where)
+        if kind == "all-to-all":
+            b = v / n
+            loads = [b * ring_sum(k) / k if ring else b * (k // 2) * (k - k // 2) / k
+                     for k, ring in zip(sizes, rings, strict=True)]
+            return Price(kind, v, hops * alpha, sum(loads) / w, where)
+        egress = sum(2 * w if ring else w for ring in rings)
+        once = (n - 1) / n * v / egress
+        twice = 2 if kind == "all-reduce" else 1
+        return Price(kind, v, twice * hops * alpha, twice * once, where)
+
+    def collective_time(self, kind: str, nbytes: float, axes=None) -> float:
+        """Seconds (latency included) of ``kind`` on V = ``nbytes`` over ``axes``."""
+        return self.price(kind, nbytes, axes).seconds
+
+    def dcn_price(self, kind: str, nbytes: float, slices: int) -> Price:
+        """``kind`` across ``slices`` slices over DCN, each chip with its own share of DCN: a
+        ring over the slices, ``(S - 1)/S · V / W_dcn`` per gather (twice for an all-reduce).
+        V = ``nbytes`` is one chip's array. No DCN latency is modelled (none cited)."""
+        from tpviz.core import validate
+
+        kind = kind_of(kind)
+        s = validate.integer("slices", slices)
+        v = validate.number("nbytes", nbytes, minimum=0)
+        twice = 2 if kind == "all-reduce" else 1
+        once = (s - 1) / s * v / self.system.dcn
+        if kind == "all-to-all":
+            once = (s - 1) / s / s * v / self.system.dcn
+        return Price(kind, v, 0.0, twice * once if kind != "collective-permute" else
+                     v / self.system.dcn, "DCN")
+
+
+def tpu(name: str, mesh_shape, wrap=None) -> TpuSlice:
+    """A slice of TPU generation ``name`` ("TPU v5e", "TPU v5p", "TPU v6e") of ``mesh_shape``,
+    with wraparound by the generation's rule (or ``wrap``, one bool per axis, to override).
+
+    Raises:
+        ArgumentError: an unknown name, a shape that is not 1–3 positive sizes, or one larger
+            than the generation's pod.
+    """
+    from tpviz.core import validate
+    from tpviz.errors import ArgumentError
+
+    system = TPUS[validate.choice("name", name, TPUS)]
+    if isinstance(mesh_shape, int):
+        mesh_shape = (mesh_shape,)
+    shape = tuple(validate.integer("mesh_shape", n) for n in mesh_shape)
+    if not 1 <= len(shape) <= len(system.pod):
+        raise ArgumentError(f"mesh_shape = {shape} has {len(shape)} axes; a {name} slice has "
+                            f"1 to {len(system.pod)} (its pod is {system.pod}).")
+    if math.prod(shape) > math.prod(system.pod):
+        raise ArgumentError(f"mesh_shape = {shape} has more chips than a {name} pod "
+                            f"{system.pod}; use DCN between slices (dcn_price).")
+    rule = system.wraparound(shape)
+    if wrap is not None:
+        rule = tuple(bool(x) for x in wrap)
+        if len(rule) != len(shape):
+            raise ArgumentError(f"wrap = {wrap!r} needs one bool per axis of {shape}.")
+    return TpuSlice(system, shape, rule)

@@ -1,0 +1,97 @@
+"""Figures of chapter 2, drawn from :mod:`tpviz.core.hardware` (nothing is recomputed here)."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from tpviz.core import hardware as hw
+from tpviz.core.figures import OKABE_ITO, SMALL_PT, figure
+
+
+def roofline(chip: str = "TPU v5e", dtype: str = "bf16", batches=(16, 64, 240, 1024, 4096),
+             d: int = 8192, f: int = 8192) -> Figure:
+    """Attainable FLOP/s against arithmetic intensity on ``chip`` (log-log): the HBM slope,
+    the compute roof, the ridge, and the matmuls ``X[B, D] · W[D, F]`` of ``batches``."""
+    c = hw.chip_of(chip)
+    peak, ridge = c.peak(dtype), c.ridge(dtype)
+    size = 1 if dtype in ("int8", "fp8") else 2
+    x = np.logspace(0, 4, 200)
+    fig = figure(3.6, layout="constrained")
+    ax = fig.add_subplot()
+    lg = np.log10
+    ax.plot(lg(x), lg(np.minimum(peak, x * c.hbm_bandwidth)), color=OKABE_ITO[4], lw=2)
+    ax.axvline(lg(ridge), color="grey", ls=":", lw=1)
+    ax.text(lg(ridge) + 0.05, lg(peak) - 1.5, f"ridge {ridge:,.0f} FLOPs/byte", fontsize=SMALL_PT)
+    for i, b in enumerate(batches):
+        r = hw.roofline(c.name, 2 * b * d * f, size * (b * d + d * f + b * f), dtype)
+        ax.plot(lg(r.intensity), lg(r.flops / r.seconds), "o", color=OKABE_ITO[(i + 5) % 8])
+        ax.annotate(f"B={b}\n{r.bound}", (lg(r.intensity), lg(r.flops / r.seconds)),
+                    fontsize=SMALL_PT, xytext=(4, -22), textcoords="offset points")
+    _powers(ax.xaxis, range(0, 5), "")
+    _powers(ax.yaxis, range(int(lg(peak)) - 3, int(lg(peak)) + 2), "")
+    ax.set(xlabel="arithmetic intensity (FLOPs per HBM byte)", ylabel="attainable FLOP/s",
+           title=f"{c.name} roofline, {dtype} (matmul D = F = {d:,})")
+    return fig
+
+
+def _powers(axis, exponents, unit: str) -> None:
+    """Ticks at powers of ten labelled in plain text (no mathtext: the PNG stays fast)."""
+    exponents = list(exponents)
+    axis.set_ticks(exponents, [f"1e{e}{unit}" for e in exponents])
+
+
+def torus(mesh_shape=(4, 4), wrap=(False, False), title: str = "") -> Figure:
+    """Chips of a 2D slice with their ICI links; wraparound links drawn as arcs."""
+    rows, cols = (*tuple(mesh_shape), 1)[:2]
+    wraps = (*tuple(wrap), False)[:2]
+    fig = figure(0.4 * rows + 1.2, 0.4 * cols + 1.6, layout="constrained")
+    ax = fig.add_subplot()
+    for r in range(rows):
+        for c in range(cols):
+            if c + 1 < cols:
+                ax.plot([c, c + 1], [r, r], color="grey", lw=1)
+            if r + 1 < rows:
+                ax.plot([c, c], [r, r + 1], color="grey", lw=1)
+    arc = np.linspace(0, np.pi, 30)
+    if wraps[1] and cols > 2:  # axis 1: along each row
+        for r in range(rows):
+            ax.plot((cols - 1) / 2 + (cols - 1) / 2 * np.cos(arc),
+                    r + 0.35 * np.sin(arc), color=OKABE_ITO[5], lw=1)
+    if wraps[0] and rows > 2:  # axis 0: along each column
+        for c in range(cols):
+            ax.plot(c + 0.35 * np.sin(arc), (rows - 1) / 2 + (rows - 1) / 2 * np.cos(arc),
+                    color=OKABE_ITO[5], lw=1)
+    ax.scatter(*np.meshgrid(range(cols), range(rows)), s=60, color=OKABE_ITO[4], zorder=3)
+    ax.set(xlim=(-0.7, cols - 0.3 + 0.5), ylim=(rows - 0.3 + 0.5, -0.7), aspect="equal",
+           xticks=[], yticks=[], xlabel="axis 1", ylabel="axis 0",
+           title=title or f"{rows}×{cols}: wraparound {wraps}")
+    return fig
+
+
+def collective_curve(price, label: str = "", sizes=None, marked: float | None = None
+                     ) -> Figure:
+    """Seconds of a collective against V (log-log): the latency term, the bandwidth term and
+    their sum, from ``price(nbytes)`` (a :class:`tpviz.core.hardware.Price` maker)."""
+    sizes = np.logspace(2, 10, 60) if sizes is None else np.asarray(sizes)
+    got = [price(v) for v in sizes]
+    fig = figure(3.4, layout="constrained")
+    ax = fig.add_subplot()
+    lg = np.log10
+    x = lg(sizes)
+    ax.plot(x, lg([p.seconds for p in got]), color="black", lw=2, label="time")
+    ax.plot(x, lg([max(p.latency_s, 1e-12) for p in got]), ls="--", color=OKABE_ITO[5],
+            label="latency term")
+    ax.plot(x, lg([max(p.bandwidth_s, 1e-12) for p in got]), ls="--", color=OKABE_ITO[4],
+            label="bandwidth term")
+    if marked is not None:
+        p = price(marked)
+        ax.plot(lg(marked), lg(p.seconds), "o", color=OKABE_ITO[0], ms=8,
+                label=f"{p.bound}-bound")
+    lo, hi = lg(min(p.seconds for p in got)), lg(max(p.seconds for p in got))
+    _powers(ax.xaxis, range(int(x[0]), int(x[-1]) + 1, 2), " B")
+    _powers(ax.yaxis, range(int(np.floor(lo)) - 1, int(np.ceil(hi)) + 1), " s")
+    ax.set(xlabel="V, bytes of the whole array", ylabel="seconds", ylim=(lo - 0.5, hi + 0.3),
+           title=label)
+    ax.legend(fontsize=SMALL_PT, loc="upper left")
+    return fig

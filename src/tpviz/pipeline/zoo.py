@@ -1,0 +1,240 @@
+"""The rest of the schedule zoo (chapter 8): bidirectional, V-shaped and asynchronous schedules.
+
+Synchronous (one weight version per step, flushed):
+
+- ``chimera`` (Li & Hoefler 2021): two 1F1B pipelines in opposite directions, microbatches
+  ``0 … m/2-1`` go down (chunk s on device s), ``m/2 … m-1`` go up (chunk s on device p-1-s);
+  every device holds two stages, so twice the parameters.
+- ``zb-h2`` and ``zb-v`` (Qi et al. 2024): B (input gradient) and W (weight gradient) split.
+  ZB-H2 warms up with ``2(p-d)-1`` forwards on device d (its ``(2p-1) M_B``) and keeps d W's
+  for the drain. ZB-V gives each device chunks d and 2p-1-d (a "V"); a device runs a ready B
+  first, else an F while it holds under ``2p`` chunk-microbatches (the 1F1B peak), else a W.
+  Neither reaches the paper's zero bubble here: that needs steps to overlap (its optimizer
+  post-validation), which one simulated step does not model.
+- ``dualpipe`` and ``dualpipev`` (DeepSeek-AI 2024): the op order of ``deepseek-ai/DualPipe``'s
+  ``step`` (steps 1-8), with its F&B pairs run one after the other (ideal devices overlap no
+  compute; DualPipe's overlap hides communication). A full backward (B and W together) is the
+  op kind ``"BW"``.
+
+Asynchronous (no flush; a stream of m microbatches, each one an update, 2BW one per p): the op
+order of 1F1B; what differs is which weight version each op reads
+(:mod:`tpviz.pipeline.versions`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from tpviz.errors import ScheduleError
+from tpviz.pipeline.plan import Op
+
+SYNC = ("chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev")
+ASYNC = ("pipedream", "2bw", "pipemare", "ampnet")
+#: how each schedule places chunk c of microbatch i on a device (see ``Schedule.device``)
+PLACEMENT = {"chimera": "bidirectional", "dualpipe": "bidirectional", "zb-v": "v",
+             "dualpipev": "v"}
+CHUNKS = {"zb-v": 2, "dualpipev": 2}  # model chunks per device
+
+
+def needs(name: str, p: int, m: int) -> None:
+    """Raise a ScheduleError when (p, m) do not suit the schedule."""
+    if name in ("chimera", "dualpipe") and p % 2:
+        raise ScheduleError(f"{name} pairs device d with device p-1-d, so stages must be even; "
+                            f"got {p}. Try {p + 1}.")
+    if name == "chimera" and p > 32:
+        raise ScheduleError(f"chimera is built here for at most 32 stages (its unit is found "
+                            f"by a search that grows as p^3); got {p}.")
+    if name == "chimera" and m % p:
+        raise ScheduleError(f"chimera repeats a unit of p = {p} microbatches (p/2 each way), so "
+                            f"microbatches must be a multiple of {p}; got {m}. Try "
+                            f"{(m // p + 1) * p}.")
+    if name == "dualpipe" and (m % 2 or m < 2 * p):
+        raise ScheduleError(f"dualpipe needs an even number of microbatches, at least 2p = "
+                            f"{2 * p}; got {m} (deepseek-ai/DualPipe's own condition).")
+    if name == "dualpipev" and m < 2 * p:
+        raise ScheduleError(f"dualpipev needs at least 2p = {2 * p} microbatches; got {m} "
+                            "(deepseek-ai/DualPipe's own condition).")
+
+
+def build(name: str, p: int, m: int, one_f_one_b) -> list[list[Op]]:
+    """Every device's ops for schedule ``name`` (checked by :func:`needs` first)."""
+    needs(name, p, m)
+    if name in ASYNC:
+        return one_f_one_b(p, m)
+    if name == "chimera":
+        return _chimera(p, m)
+    if name == "zb-h2":
+        return _zb_h2(p, m)
+    if name == "zb-v":
+        return _greedy(p, m, 2, lambda c: c if c < p else 2 * p - 1 - c, [2 * p] * p)
+    return _dualpipe(p, m, v_shape=name == "dualpipev")
+
+
+def _chimera(p: int, m: int) -> list[list[Op]]:
+    """Chimera's basic unit, repeated m/p times back to back. In a unit, p/2 microbatches go
+    down and p/2 up; in lock step with t_F = t_B, a device runs a ready B first (the chunk
+    nearest the loss first), else a ready F (the chunk furthest along first)."""
+    half = p // 2
+    todo = [[Op(k, i, d) for i in range(half) for k in "FB"] +
+            [Op(k, half + i, p - 1 - d) for i in range(half) for k in "FB"] for d in range(p)]
+    unit: list[list[Op]] = [[] for _ in range(p)]
+    done: dict[Op, int] = {}
+    t = 0
+    while any(todo):
+        ran = []
+        for d in range(p):
+            ready = [op for op in todo[d] if (need := _needs(op, p)) is None
+                     or done.get(need, t) < t]
+            if ready:
+                ran.append((d, min(ready, key=lambda o: (
+                    o.kind != "B", o.chunk if o.kind == "B" else -o.chunk, o.microbatch))))
+        for d, op in ran:
+            todo[d].remove(op)
+            unit[d].append(op)
+            done[op] = t
+        t += 1
+    # unit microbatch i < p/2 is downward microbatch u p/2 + i; i >= p/2 upward m/2 + u p/2 + i'
+    return [[Op(k, u * half + i + (m // 2 - half if i >= half else 0), c)
+             for u in range(m // p) for k, i, c in ops] for ops in unit]
+
+
+def _needs(op: Op, n: int) -> Op | None:
+    """The op whose output ``op`` reads (chunks 0 … n-1 in model order)."""
+    if op.kind == "F":
+        return Op("F", op.microbatch, op.chunk - 1) if op.chunk else None
+    return Op("B", op.microbatch, op.chunk + 1) if op.chunk < n - 1 else Op(
+        "F", op.microbatch, op.chunk)
+
+
+def _zb_h2(p: int, m: int) -> list[list[Op]]:
+    """ZB-H2's memory, ZB-H1's drain: device d warms up with 2(p-d)-1 forwards (Qi et al.'s
+    (2p-1) M_B on device 0), then B, W, F in turn, keeping d W's back for the drain."""
+    out = []
+    for d in range(p):
+        warm = min(2 * (p - d) - 1, m)
+        ops, pending = [Op("F", i, d) for i in range(warm)], []
+        for j in range(m):
+            ops.append(Op("B", j, d))
+            pending.append(Op("W", j, d))
+            if len(pending) > d:
+                ops.append(pending.pop(0))
+            if warm + j < m:
+                ops.append(Op("F", warm + j, d))
+        out.append(ops + pending)
+    return out
+
+
+def _greedy(p: int, m: int, v: int, device, limit: list[int]) -> list[list[Op]]:
+    """Lock-step list scheduling with t_F = t_B = t_W (one tick each): a device runs a ready B,
+    else a ready F if its held activations stay within ``limit[d]``, else its oldest pending W.
+    Chunk c lives on ``device(c)``; microbatches enter chunk 0 in order."""
+    n = p * v
+    chunks = [[c for c in range(n) if device(c) == d] for d in range(p)]
+    done: dict[tuple[str, int, int], int] = {}
+    next_f = [{c: 0 for c in chunks[d]} for d in range(p)]
+    ready_b = [deque() for _ in range(p)]
+    pending_w = [deque() for _ in range(p)]
+    held = [0] * p
+    out: list[list[Op]] = [[] for _ in range(p)]
+    total = 3 * m * n
+    t = 0
+    while sum(map(len, out)) < total:
+        if t > 10 * total:
+            raise ScheduleError("the greedy zero-bubble schedule did not finish (a bug).")
+        ran = []
+        for d in range(p):
+            op = None
+            for j, (mb, c) in enumerate(ready_b[d]):
+                if done.get(("B", mb, c + 1) if c < n - 1 else ("F", mb, c), t) < t:
+                    del ready_b[d][j]
+                    op = Op("B", mb, c)
+                    break
+            if op is None and held[d] < limit[d]:
+                # the F that is furthest along the model first (it frees memory soonest)
+                for c in sorted(chunks[d], reverse=True):
+                    mb = next_f[d][c]
+                    if mb < m and (c == 0 or done.get(("F", mb, c - 1), t) < t):
+                        op = Op("F", mb, c)
+                        break
+            if op is None and pending_w[d]:
+                op = Op("W", *pending_w[d].popleft())
+            if op is not None:
+                ran.append((d, op))
+        for d, op in ran:
+            out[d].append(op)
+            done[op] = t
+            if op.kind == "F":
+                next_f[d][op.chunk] += 1
+                held[d] += 1
+                ready_b[d].append((op.microbatch, op.chunk))
+            elif op.kind == "B":
+                pending_w[d].append((op.microbatch, op.chunk))
+            else:
+                held[d] -= 1
+        t += 1
+    return out
+
+
+def _dualpipe(p: int, m: int, v_shape: bool) -> list[list[Op]]:
+    """deepseek-ai/DualPipe's ``step``: per device, steps 1-8 over two phases. DualPipe: phase 0
+    of the first half of the devices is the downward microbatches (0 … m/2-1) at chunk d, phase 1
+    the upward ones at chunk p-1-d (swapped on the second half). DualPipeV: phase 0 is chunk d,
+    phase 1 chunk 2p-1-d, all m microbatches."""
+    out = []
+    for rank in range(p):
+        if v_shape:
+            ranks, h, count = p, rank, m
+            phases = [(0, rank), (0, 2 * p - 1 - rank)]  # (first microbatch, chunk)
+        else:
+            ranks, h, count = p // 2, min(rank, p - 1 - rank), m // 2
+            down, up = (0, rank), (m // 2, p - 1 - rank)
+            phases = [down, up] if rank < p // 2 else [up, down]
+        out.append(_dualpipe_rank(rank, ranks, h, count, phases))
+    return out
+
+
+def _dualpipe_rank(rank: int, ranks: int, h: int, count: int, phases) -> list[Op]:
+    """One device's ops: steps 1-8 of ``DualPipe.step`` (``ranks`` = its num_half_ranks,
+    ``h`` its half_rank; DualPipeV: num_ranks and rank); ``phases[k]`` = (first
+    microbatch, chunk) of phase k."""
+    nf, nb, w_queue, ops = [0, 0], [0, 0], deque(), []
+
+    def f(ph):
+        ops.append(Op("F", phases[ph][0] + nf[ph], phases[ph][1]))
+        nf[ph] += 1
+
+    def b(ph, zb=False):
+        mb, c = phases[ph][0] + nb[ph], phases[ph][1]
+        nb[ph] += 1
+        ops.append(Op("B" if zb else "BW", mb, c))
+        if zb:
+            w_queue.append(Op("W", mb, c))
+
+    def w():
+        ops.append(w_queue.popleft())
+
+    for _ in range((ranks - h - 1) * 2):  # step 1: nF0
+        f(0)
+    for _ in range(h + 1):  # step 2: nF0F1
+        f(0), f(1)
+    for _ in range(ranks - h - 1):  # step 3: nB1W1F1 (zero bubble)
+        b(1, True), w(), f(1)
+    for _ in range(count - 2 * ranks + h + 1):  # step 4: nF0B1F1B0
+        f(0), b(1), f(1), b(0)
+    for _ in range(ranks - h - 1):  # step 5: nB1F1B0
+        b(1), f(1), b(0)
+    zb = False
+    for i in range(h + 1):  # step 6: nB1B0, the second half with zero bubble
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zb = True
+        b(1, zb)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zb = True
+        b(0, zb)
+    for _ in range(ranks - h - 1):  # step 7: nWB0
+        w(), b(0, True)
+    for _ in range(h + 1):  # step 8: nW
+        w()
+    if w_queue or nf != [count, count] or nb != [count, count]:
+        raise ScheduleError(f"DualPipe's steps left work on device {rank} (a bug).")
+    return ops

@@ -1,0 +1,140 @@
+"""The hardware model: each topology rule against a number worked by hand, the presets against
+their published figures, and the thresholds against the Scaling Book's."""
+
+import pytest
+
+from tpviz.core import hardware as hw
+from tpviz.errors import ArgumentError
+
+V = 1.6e8  # bytes of the whole array
+
+
+def test_wraparound_follows_each_generation_rule():
+    # v5e/v6e: only axes of 16; v5p: every axis iff whole 4x4x4 cubes (austin2025scaling)
+    assert hw.tpu("TPU v5e", (16, 16)).wrap == (True, True)
+    assert hw.tpu("TPU v5e", (8, 16)).wrap == (False, True)
+    assert hw.tpu("TPU v5e", (4, 4)).wrap == (False, False)
+    assert hw.tpu("TPU v5p", (4, 4, 8)).wrap == (True, True, True)
+    assert hw.tpu("TPU v5p", (2, 2, 4)).wrap == (False, False, False)
+
+
+def test_all_gather_with_and_without_wraparound():
+    # 16 chips in a ring: 15/16 V over two links of 4.5e10, 8 hops of 1 µs
+    ring = hw.tpu("TPU v5e", (16, 16)).price("all-gather", V, (0,))
+    assert ring.bandwidth_s == pytest.approx(15 / 16 * V / 9e10)
+    assert ring.latency_s == pytest.approx(8e-6)
+    # 4 chips in a line: 3/4 V over one link, 3 hops: the Scaling Book's 560 µs for 34 MB
+    line = hw.tpu("TPU v5e", (4, 4)).price("all-gather", 34e6, (0,))
+    assert line.bandwidth_s == pytest.approx(3 / 4 * 34e6 / 4.5e10)
+    assert line.latency_s == pytest.approx(3e-6)
+    assert hw.tpu("TPU v5e", (4, 4)).collective_time("all-gather", 34e6, (0,)) == pytest.approx(
+        3 / 4 * 34e6 / 4.5e10 + 3e-6)
+
+
+def test_two_axes_add_their_links():
+    p = hw.tpu("TPU v5e", (16, 16)).price("all-reduce", V, (0, 1))
+    assert p.bandwidth_s == pytest.approx(2 * 255 / 256 * V / (2 * 9e10))
+    assert p.latency_s == pytest.approx(2 * 16e-6)
+
+
+def test_all_to_all_on_a_ring_is_a_quarter_of_an_all_gather():
+    s = hw.tpu("TPU v5e", (16, 16))
+    a2a = s.price("all-to-all", V, (0,))
+    # b = V/16 per chip, b/16 to each peer; each link each way carries b·(16²/8)/16 = V/8
+    assert a2a.bandwidth_s == pytest.approx(V / 8 / 4.5e10) == pytest.approx(V / (4 * 9e10))
+    # without wraparound the middle link carries (n/2)² · b/n = V/4 each way: twice as long
+    line = hw.tpu("TPU v5e", (8, 16)).price("all-to-all", V / 2, (0,))
+    assert line.bandwidth_s == pytest.approx(V / 2 / 4 / 4.5e10)
+
+
+def test_hierarchical_on_two_and_thirty_two_nodes():
+    c = hw.gpu_cluster("H100", 256)
+    two = c.price("all-gather", 1.6e9, 16)
+    # NVLink: 7/8 · V / 450e9 = 3.11 ms; NICs: 1/2 · V / 400e9 = 2 ms -> NVLink bounds
+    assert two.bandwidth_s == pytest.approx(7 / 8 * 1.6e9 / 4.5e11)
+    assert two.bound == "NVLink"
+    assert two.latency_s == pytest.approx(7 * 0.6e-6 + 1 * 2.7e-6)
+    many = c.price("all-reduce", 1.6e9, 256)
+    # NICs: 2 · 31/32 · V / 400e9 = 7.75 ms beats NVLink's 6.22 ms
+    assert many.bandwidth_s == pytest.approx(2 * 31 / 32 * 1.6e9 / 4e11)
+    assert many.bound.startswith("node NICs")
+    # a group with one GPU per node uses one 50 GB/s NIC (the rails serve the other groups)
+    strided = c.price("all-gather", 1.6e9, 32, per_node=1)
+    assert strided.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 5e10)
+
+
+def test_sharp_halves_the_all_reduce():
+    plain = hw.gpu_cluster("H100", 8).price("all-reduce", 1.6e9)
+    sharp = hw.gpu_cluster("H100 + SHARP", 8).price("all-reduce", 1.6e9)
+    assert plain.bandwidth_s == pytest.approx(2 * 7 / 8 * 1.6e9 / 4.5e11)
+    assert sharp.bandwidth_s == pytest.approx(1.6e9 / 4.5e11)  # B / W (austin2025scaling)
+
+
+def test_small_arrays_are_latency_bound():
+    # the Scaling Book: 256 bytes over a 4-axis of a 4x4x4 v5p: two hops, ~2 µs
+    p = hw.tpu("TPU v5p", (4, 4, 4)).price("all-gather", 256, (0,))
+    assert p.latency_s == pytest.approx(2e-6)
+    assert p.bound == "latency"
+    assert p.seconds == pytest.approx(2e-6 + 3 / 4 * 256 / 1.8e11)
+
+
+def test_roofline_of_a_v5e_matmul():
+    chip = hw.CHIPS["TPU v5e"]
+    assert chip.ridge() == pytest.approx(1.97e14 / 8.1e11)  # ≈ 243 FLOPs per byte
+    d = f = 8192
+    for b, bound in ((128, "memory"), (512, "compute")):
+        flops, nbytes = 2 * b * d * f, 2 * (b * d + d * f + b * f)
+        r = hw.roofline("TPU v5e", flops, nbytes)
+        assert r.bound == bound
+        assert r.seconds == pytest.approx(max(flops / 1.97e14, nbytes / 8.1e11))
+
+
+def test_thresholds_match_the_scaling_book():
+    c, w = 4.59e14, 1.8e11  # v5p: α = 2550
+    assert hw.data_parallel_batch(c, w) == pytest.approx(2550, rel=1e-3)
+    assert hw.tensor_parallel_limit(c, w, 32768) == pytest.approx(32768 / 2550, rel=1e-3)
+    # mixed FSDP + TP on a 3D mesh (M_X M_Y = 2), F = 32768: B/N > 2550²/(2F) ≈ 99
+    assert hw.mixed_batch(c, w, 32768, 2, 1) == pytest.approx(2550**2 / (2 * 32768), rel=1e-3)
+    # the Scaling Book's example: N = 64, B = 48000, F = 32768 give X_opt ≈ 13.9 (M_X/M_Y = 2)
+    assert hw.best_fsdp(48000, 32768, 64, 2, 1) == pytest.approx(13.9, rel=0.02)
+
+
+@pytest.mark.parametrize(("name", "published"), [
+    ("LLaMA-3 8B", 8.03e9), ("LLaMA-3 70B", 70.6e9), ("LLaMA-3 405B", 405e9),
+    ("LLaMA-2 70B", 69e9), ("Mixtral 8x7B", 46.7e9), ("GPT-3 175B", 175e9)])
+def test_parameter_counts_match_the_published_ones(name, published):
+    assert hw.MODELS[name].params == pytest.approx(published, rel=5e-3)
+
+
+def test_mixtral_active_parameters_and_flops():
+    m = hw.MODELS["Mixtral 8x7B"]
+    assert m.active_params == pytest.approx(12.9e9, rel=5e-3)  # jiang2024mixtral: 12.9B active
+    # training: 6 FLOPs per active matmul weight (embedding lookups excluded) + attention
+    matmul = m.layers * m.layer_matmul_params + m.vocab * m.hidden
+    assert m.flops_per_token() == 6 * matmul + 12 * m.seq * m.heads * m.d * m.layers
+
+
+def test_contract_names_and_bad_input():
+    assert {"TPU v5e", "TPU v5p", "H100"} <= set(hw.SYSTEMS)
+    assert hw.roofline("H100", 1e12, 1e6).bound == "compute"
+    with pytest.raises(ArgumentError, match="mesh_shape"):
+        hw.tpu("TPU v5e", (32, 32))
+    with pytest.raises(ArgumentError, match="kind"):
+        hw.tpu("TPU v5e", (16,)).price("all-sum", 1.0)
+    with pytest.raises(ArgumentError, match="per_node"):
+        hw.gpu_cluster("H100", 16).price("all-gather", 1.0, 16, per_node=3)
+
+
+def test_mesh2d_and_zero_give_the_same_fsdp_bytes():
+    from tpviz import mesh2d, zero
+
+    b, d, f, n = 64, 16, 32, 8
+    weights = 2 * d * f * 2  # W_in and W_out, bf16
+    p = mesh2d.plan(b, d, f, (n, 1), "bf16")
+    data_axis = sum(c.sent_bytes for c in p.collectives(True) if c.axes == ("data",))
+    assert p.fsdp == "reshard_after_forward=False"
+    kept = zero.fsdp_collectives(weights, n, reshard_after_forward=False)
+    assert data_axis == kept.sent_bytes() == 2 * 7 / 8 * weights  # 8·D·F bytes (N → ∞)
+    # ZeRO stage 3 gathers again for the backward pass: 12·D·F, one gather more, by name
+    assert zero.collectives(d * f * 2, n, 3).sent_bytes() == pytest.approx(
+        zero.fsdp_collectives(weights, n).sent_bytes()) == pytest.approx(3 * 7 / 8 * weights)

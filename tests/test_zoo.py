@@ -1,0 +1,120 @@
+"""Chapter 8's schedule zoo: bubble, staleness and weight copies against each paper's formula."""
+
+import pytest
+
+from tpviz.errors import ScheduleError
+from tpviz.pipeline import schedule, simulate, spmd
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_pipedream_stashes_p_minus_s_versions_and_is_p_minus_1_minus_s_stale(p):
+    # PipeDream (Narayanan et al. 2019): stage s (0-based) keeps p - s versions; 2BW's paper
+    # writes PipeDream's update with delay p - 1 - s on stage s
+    t = simulate(schedule("pipedream", p, 4 * p), 1.0, 2.0)
+    assert t.weight_copies == tuple(float(p - s) for s in range(p))
+    assert t.staleness == tuple(p - 1 - s for s in range(p))
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_2bw_keeps_two_versions_one_update_stale(p):
+    # PipeDream-2BW (Narayanan et al. 2021): W(t+1) = W(t) - lr grad f(W(t-1)), 2 versions
+    t = simulate(schedule("2bw", p, 4 * p), 1.0, 2.0)
+    assert t.staleness == (1,) * p
+    assert t.weight_copies == (2.0,) * p
+
+
+@pytest.mark.parametrize("name", ["pipemare", "ampnet"])
+def test_no_stash_schedules_keep_one_copy_but_read_stale_forwards(name):
+    p = 4
+    t = simulate(schedule(name, p, 16), 1.0, 2.0)
+    assert t.weight_copies == (1.0,) * p
+    assert t.staleness == (3, 2, 1, 0)
+    # the backward reads the newest weights, the forward an older one: they differ (s < p-1)
+    sched = t.schedule
+    for d in range(p - 1):
+        fwd = {op.microbatch: v for op, v in zip(sched.ops[d], t.versions[d], strict=True)
+               if op.kind == "F"}
+        bwd = {op.microbatch: v for op, v in zip(sched.ops[d], t.versions[d], strict=True)
+               if op.kind == "B"}
+        assert bwd[8] - fwd[8] == p - 1 - d
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "chimera", "zb-v", "dualpipe"])
+def test_synchronous_schedules_are_never_stale(name):
+    t = simulate(schedule(name, 4, 8), 1.0, 2.0)
+    assert t.staleness == (0,) * 4
+    assert set(v for row in t.versions for v in row) == {0}
+
+
+@pytest.mark.parametrize("p", [4, 6, 8])
+def test_chimera_bubble_is_p_minus_2_over_2m_plus_p_minus_2_at_twice_the_weights(p):
+    # Chimera (Li & Hoefler 2021), Table 1: bubble (D-2)/(2N+D-2) with N = D, t_F = t_B;
+    # weights 2 M_theta; activations between (D/2 + 1) M_a and D M_a
+    t = simulate(schedule("chimera", p, p), 1.0, 1.0)
+    assert t.bubble_fraction == pytest.approx((p - 2) / (2 * p + p - 2))
+    assert t.weight_copies == (2.0,) * p
+    assert min(t.peak_activations) == p // 2 + 1 and max(t.peak_activations) == p
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_zb_h2_memory_and_zb_v_memory_against_qi_et_al(p):
+    # Qi et al. 2024: ZB-H2 holds up to (2p-1) M_B; ZB-V the 1F1B peak p M_B (2p half-size
+    # chunks); both have less bubble than ZB-H1, (p-1)(T_F+T_B-T_W) with T_F = T_B = T_W
+    h2 = simulate(schedule("zb-h2", p, 2 * p), 1.0, 1.0, 1.0)
+    assert max(h2.peak_activations) == 2 * p - 1
+    zbv = simulate(schedule("zb-v", p, 2 * p), 1.0, 1.0, 1.0)
+    assert zbv.peak_activations == (2 * p,) * p and zbv.weight_copies == (1.0,) * p
+    h1 = simulate(schedule("zb-h1", p, 2 * p), 1.0, 1.0, 1.0)
+    assert h1.makespan - h1.work(0) == pytest.approx((p - 1) * (1 + 1 - 1))
+    assert h2.bubble_fraction <= h1.bubble_fraction + 1e-12
+    assert zbv.bubble_fraction < h1.bubble_fraction
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_dualpipe_memory_matches_deepseeks_table_and_bubble_stays_within_it(p):
+    # deepseek-ai/DualPipe README (DeepSeek-AI 2024): PP stages; parameters 2x, activations
+    # PP + 1 per device; bubble (PP/2 - 1)(F&B + B - 3W), B a full backward
+    for tf, tb, tw in [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (2.0, 1.0, 0.5)]:
+        dp = simulate(schedule("dualpipe", p, 2 * p), tf, tb, tw)
+        assert dp.peak_activations == (p + 1,) * p and dp.weight_copies == (2.0,) * p
+        full = tb + tw
+        bound = (p / 2 - 1) * ((tf + full) + full - 3 * tw)
+        assert all(dp.makespan - dp.work(d) <= bound + 1e-9 for d in range(p))
+        # DualPipeV: 2p chunks (PP = 2p stages of half size) on p devices
+        dv = simulate(schedule("dualpipev", p, 2 * p), tf, tb, tw)
+        assert dv.peak_activations == (2 * p + 1,) * p and dv.weight_copies == (1.0,) * p
+        bound = (2 * p / 2 - 1) * ((tf + full) / 2 + full / 2 - 3 * tw / 2)
+        assert all(dv.makespan - dv.work(d) <= bound + 1e-9 for d in range(p))
+
+
+def test_async_schedules_run_the_1f1b_order_without_a_flush():
+    one = schedule("1f1b", 4, 12)
+    for name in ("pipedream", "2bw", "pipemare", "ampnet"):
+        assert schedule(name, 4, 12).ops == one.ops
+
+
+def test_simulate_keeps_its_keywords_and_takes_t_w():
+    s = schedule("zb-h1", 4, 8)
+    assert simulate(s, forward=1.0, backward=2.0).makespan == simulate(s, 1.0, 2.0).makespan
+    # t_w given: B is the input-gradient part alone, W its own time
+    t = simulate(s, 1.0, 1.0, 1.0)
+    assert t.durations["B"] == 1.0 and t.durations["W"] == 1.0
+    assert simulate(schedule("1f1b", 4, 8), 1.0, 1.0, 1.0).durations["B"] == 2.0
+    with pytest.raises(ScheduleError, match="once"):
+        simulate(s, 1.0, forward=1.0)
+
+
+@pytest.mark.parametrize(("name", "p", "m", "words"), [
+    ("chimera", 3, 6, "even"), ("chimera", 4, 6, "multiple of 4"), ("dualpipe", 4, 6, "2p"),
+    ("dualpipev", 4, 7, "2p"), ("chimera", 34, 34, "32 stages")])
+def test_zoo_bad_sizes_are_clear(name, p, m, words):
+    with pytest.raises(ScheduleError, match=words):
+        schedule(name, p, m)
+
+
+def test_spmd_refuses_the_interleaved_order_instead_of_a_wrong_loss():
+    # issue 32: spmd_check("interleaved", 4, 8) ran and gave a loss 1e-2 off
+    with pytest.raises(ScheduleError, match="one-message buffer"):
+        spmd.ticks(schedule("interleaved", 4, 8))
+    for name in ("naive", "gpipe", "1f1b"):
+        spmd.ticks(schedule(name, 4, 8))
