@@ -48,6 +48,7 @@ def test_every_topic_equal_across_two_processes():
         (line,) = [t for t in lines if t.split()[0] == topic]
         assert line.split()[1] == "equal", line
     assert len(lines) == len(TOPICS)
+    print(done.stderr[-4000:], done.stdout, sep="\n")  # progress and per-topic times (-s)
     print(f"all {len(TOPICS)} topics in {time.perf_counter() - started:.0f} s")
 
 
@@ -247,3 +248,52 @@ def test_setup_devices_twice_across_processes():
     assert "tpviz: process 0 of 1; using 4 CPU devices" in done.stdout, done.stderr[-2000:]
     assert "first: 4" in done.stdout
     assert "ERROR: setup_devices was already called in this process" in done.stdout
+
+
+def test_auto_without_a_cluster():
+    done = python("""
+        import tpviz
+        try:
+            tpviz.setup_devices(8, processes="auto")
+        except tpviz.errors.DeviceSetupError as e:
+            print("ERROR:", e)
+    """)
+    assert "ERROR: setup_devices (from JAX's cluster detection (processes='auto')): JAX found " \
+           "no cluster to join" in done.stdout, done.stderr[-2000:]
+
+
+# --- helpers: devices taken from every process in turn, values recorded -----------------------
+
+class FakeDevice:
+    def __init__(self, process_index, index):
+        self.process_index, self.index = process_index, index
+
+
+def test_spread_takes_a_device_from_each_process_in_turn():
+    from tpviz.devices import spread
+
+    found = spread([FakeDevice(p, i) for p in (0, 1) for i in range(4)])
+    assert [(d.process_index, d.index) for d in found] == [
+        (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]
+    one = [FakeDevice(0, i) for i in range(4)]
+    assert spread(one) == one
+
+
+def test_using_chooses_devices_for_a_while():
+    from tpviz.devices import chosen_devices, using
+
+    before = chosen_devices()
+    with using(before[::-1][:4]):
+        assert chosen_devices() == before[::-1][:4]
+    assert chosen_devices() == before
+
+
+def test_recording_collects_the_values_a_check_compares():
+    from tpviz.core import verify
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with verify.recording() as values:
+        verify.close(x + 1e-7, x, "x")
+    assert len(values) == 2 and np.array_equal(values[1], x)
+    verify.close(x, x, "x")
+    assert len(values) == 2  # nothing recorded outside the block

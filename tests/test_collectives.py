@@ -276,9 +276,9 @@ def test_check_same_as_big_batch(capsys):
     ex = tpviz.exercises
     passes(ex.check_same_as_big_batch, {"a": True, "b": False, "c": False, "d": True, "e": True},
            capsys=capsys)
-    fails(ex.check_same_as_big_batch, dict.fromkeys("abcde", True), words="2 of 5 wrong")
+    fails(ex.check_same_as_big_batch, dict.fromkeys("abcde", True), words="not all of them")
     fails(ex.check_same_as_big_batch, {"a": True, "b": False, "c": True, "d": True, "e": True},
-          words=r"1 of 5 wrong, e.g. \(c\)")
+          words="does not say which")
     fails(ex.check_same_as_big_batch, {"a": True}, words="keys")
 
 

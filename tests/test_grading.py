@@ -71,12 +71,84 @@ def test_a_stub_scores_zero_while_grading(monkeypatch, capsys):
     check(42)
 
 
+def test_the_grading_mode_cannot_be_switched_off_from_the_kernel(monkeypatch, capsys):
+    @framework.checker("Exercise")
+    def check(answer):
+        return ""
+
+    monkeypatch.setattr(framework, "GRADING", True)  # TPVIZ_GRADING was set at import
+    monkeypatch.delenv(framework.GRADING_ENV, raising=False)  # os.environ.pop(...) in a cell
+    with pytest.raises(framework.ExerciseFailed, match=framework.NOT_ATTEMPTED):
+        check(...)
+
+
+def test_a_check_cell_saying_not_attempted_scores_zero_outside_the_kernel():
+    from nbformat import NotebookNode
+    from nbgrader.utils import determine_grade
+
+    from tpviz.grading import nbgrader_plugins as plugins
+
+    assert plugins.NOT_ATTEMPTED == framework.NOT_ATTEMPTED
+    cell = NotebookNode(cell_type="code", metadata={"nbgrader": {
+        "grade": True, "solution": False, "points": 2, "grade_id": "x"}}, outputs=[
+        NotebookNode(output_type="stream", name="stdout",
+                     text=f"⏳ X: {framework.NOT_ATTEMPTED}. Fill in the cell above.\n")])
+    assert plugins._says_not_attempted(cell) and determine_grade(cell) == (2, 2)
+    cell.outputs.append(NotebookNode(output_type="error", ename="NotAttempted", evalue="",
+                                     traceback=[]))
+    assert determine_grade(cell) == (0, 2)
+
+
+def _cell(gid, grade=False, solution=False):
+    return {"cell_type": "code", "source": gid, "outputs": [], "execution_count": None,
+            "metadata": {"nbgrader": {"grade_id": gid, "grade": grade, "solution": solution}}}
+
+
+def test_deleted_check_cells_are_put_back_in_place():
+    from tpviz.grading.jobs import restore_check_cells
+
+    chapter = {"cells": [_cell("a_answer", solution=True), _cell("a", grade=True),
+                         _cell("b_answer", solution=True), _cell("b", grade=True)]}
+    sub = {"cells": [_cell("a_answer", solution=True), _cell("b_answer", solution=True),
+                     _cell("mine")]}
+    data, restored = restore_check_cells(json.dumps(sub).encode(), json.dumps(chapter).encode())
+    assert restored == ["a", "b"]
+    assert [c["source"] for c in json.loads(data)["cells"]] == [
+        "a_answer", "a", "b_answer", "b", "mine"]
+    assert restore_check_cells(b"{ not json", json.dumps(chapter).encode()) == (
+        b"{ not json", [])
+
+
+def test_a_timeout_is_charged_to_its_exercise(tmp_path):
+    from tpviz.grading.jobs import timeouts
+
+    late = {"output_type": "error", "ename": "CellTimeoutError", "evalue": "", "traceback": []}
+    cells = [_cell("a_answer", solution=True), _cell("a", grade=True),
+             _cell("b_answer", solution=True), _cell("b", grade=True), _cell("c", grade=True)]
+    cells[2]["outputs"] = [late]  # the answer cell of b hung
+    cells[4]["outputs"] = [late]  # the check cell of c hung
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": cells}))
+    assert timeouts(path) == {"b", "c"}
+
+
+def test_a_misnamed_submission_is_reported_and_skipped(tmp_path):
+    from tpviz.grading.grade import misnamed
+
+    found = {"ada": {"05_zer0": tmp_path / "a", NOTEBOOKS[0].stem: tmp_path / "b"}}
+    skipped = misnamed(found, BOOK)
+    assert found == {"ada": {NOTEBOOKS[0].stem: tmp_path / "b"}}
+    assert "did you mean 05_zero.ipynb?" in skipped["ada"]["05_zer0.ipynb"]
+
+
 # --- the metadata ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("title", "points"), [
     ("capacity (easy)", 1), ("drop order (medium)", 2), ("stages (hard)", 3),
     ("a trap (hard, design)", 3), ("design a layer (design)", 3), ("which case?", 1),
     ("f and g", 1), ("memory (the easy way) of a layer (Medium).", 2),
+    ("row-parallel layer (easy, build)", 3), ("f and g (medium, build)", 3),
+    ("count (easy, one-line)", 1), ("bytes (medium, multi-step)", 2),
 ])
 def test_points_by_difficulty(title, points):
     assert metadata.points_of(title) == points

@@ -5,9 +5,14 @@
   (nbgrader restores the locked check cells, so he still scores 0);
 - cy hands in the student copies untouched (not attempted: 0, not nbgrader's full marks);
 - dee answers right, but her first chapter raises in an early cell (grading goes on) and in the
-  second her first answer loops forever (the per-cell timeout gives that exercise 0, the rest
-  are graded);
-- eve hands in a file that is not a notebook: reported, 0 points, the others are graded.
+  second her first answer loops forever inside compiled code (a ``jax.lax.while_loop`` the
+  kernel interrupt cannot stop: that exercise scores 0 and is noted "timed out", the kernel is
+  restarted and the rest graded);
+- eve hands in a file that is not a notebook: reported, 0 points, the others are graded;
+- fay hands in stubs but switches the grading mode off in an answer cell
+  (``os.environ.pop('TPVIZ_GRADING')``): still 0;
+- gus answers right but deletes every check cell of the first chapter: they are put back and
+  graded; he also hands in a misnamed file (``05_zer0.ipynb``): reported and skipped.
 
 Runs ``nbgrader generate_assignment``, ``autograde``, ``generate_feedback`` and ``export``
 through ``tpviz-grade``: 8 notebooks in fresh kernels plus one timeout, about 2-3 minutes on
@@ -32,6 +37,8 @@ from tpviz.grading.grade import main
 BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTERS = ["00_devices_meshes_shardings", "05_zero"]  # the two fastest chapters
 TIMEOUT_S = 20  # per cell; the slowest cell of these chapters takes about 1 s
+COMPILED_LOOP = ("import jax\njax.jit(lambda x: jax.lax.while_loop(lambda c: c > -1.0, "
+                 "lambda c: c + 1.0, x))(0.0).block_until_ready()\n")
 
 
 def _nbgrader(cell):
@@ -59,18 +66,21 @@ def _code(source):
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("class")
     release(BOOK, root / "student", CHAPTERS)
-    expected = {}  # (student, chapter, exercise) -> points
+    expected, notes = {}, {}  # (student, chapter, exercise) -> points, the grade sheet's note
     for n, chapter in enumerate(CHAPTERS):
         book_nb = json.loads((BOOK / f"{chapter}.ipynb").read_text())
         right = _answers(book_nb)
         _, exercises = metadata.nbgrader_metadata(book_nb)
-        for student in ("ada", "bob", "cy", "dee"):
+        for student in ("ada", "bob", "cy", "dee", "fay", "gus"):
             nb = json.loads((root / "student" / f"{chapter}.ipynb").read_text())
             for cell in nb["cells"]:
                 meta = _nbgrader(cell)
                 source = "".join(cell["source"])
-                if meta.get("solution") and student in ("ada", "dee"):
+                if meta.get("solution") and student in ("ada", "dee", "gus"):
                     cell["source"] = right[meta["grade_id"]]
+                elif meta.get("solution") and student == "fay":
+                    cell["source"] = ("import os\nos.environ.pop('TPVIZ_GRADING', None)\n"
+                                      + source)
                 elif meta.get("solution") and student == "bob":
                     cell["source"] = _wrong(source)
                 elif meta.get("grade") and student == "bob" and n == 0:
@@ -80,49 +90,72 @@ def graded(tmp_path_factory):
                 nb["cells"].insert(2, _code("raise RuntimeError('an early mistake')"))
             if student == "dee" and n == 1:
                 first = next(c for c in nb["cells"] if _nbgrader(c).get("solution"))
-                first["source"] = "while True:\n    pass\n" + "".join(first["source"])
+                first["source"] = COMPILED_LOOP + "".join(first["source"])
                 looped = first["metadata"]["nbgrader"]["grade_id"].removesuffix("_answer")
+            if student == "gus" and n == 0:
+                nb["cells"] = [c for c in nb["cells"] if not _nbgrader(c).get("grade")
+                               or _nbgrader(c).get("solution")]
             for ex in exercises:
-                full = student == "ada" or (student == "dee" and ex.grade_id != looped)
+                full = student in ("ada", "gus") or (student == "dee" and ex.grade_id != looped)
                 expected[(student, chapter, ex.grade_id)] = (ex.points if full else 0,
                                                              ex.points)
+                if looped and ex.grade_id == looped:
+                    notes[(student, chapter, ex.grade_id)] = "timed out"
             path = root / "submissions" / student / f"{chapter}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(nb, indent=1))
+    misnamed = root / "submissions" / "gus" / "05_zer0.ipynb"
+    misnamed.write_text(path.read_text())
     broken = root / "submissions" / "eve" / f"{CHAPTERS[1]}.ipynb"  # not a notebook at all
     broken.parent.mkdir()
     broken.write_text("{ this is not JSON")
     for ex in exercises:
         expected[("eve", CHAPTERS[1], ex.grade_id)] = (0, ex.points)
+        notes[("eve", CHAPTERS[1], ex.grade_id)] = "not graded"
     code = main([str(root / "submissions"), str(root / "grades"), "--book", str(BOOK),
                  "--timeout", str(TIMEOUT_S)])
     assert code == 0
-    return root, expected
+    return root, expected, notes
 
 
 def test_the_class_gets_exactly_the_expected_grades(graded):
-    root, expected = graded
+    root, expected, notes = graded
     with open(root / "grades" / "grades.csv") as f:
         rows = list(csv.DictReader(f))
     got = {(r["student"], r["chapter"], r["exercise"]): (float(r["points"]),
                                                          float(r["max_points"])) for r in rows}
     assert got == expected
+    assert {k: r["note"] for r in rows if r["note"]
+            for k in [(r["student"], r["chapter"], r["exercise"])]} == notes
     assert sum(p for p, _ in got.values()) > 0 and any(p == 0 for p, _ in got.values())
 
 
 def test_feedback_per_student(graded):
-    root, _ = graded
+    root, _, _ = graded
     feedback = root / "grades" / "feedback"
-    for student in ("ada", "bob", "cy", "dee"):
+    assert "05_zer0.ipynb is not the name of a chapter (did you mean 05_zero.ipynb?)" in (
+        feedback / "gus.html").read_text()
+    assert "restored deleted check cell" in (feedback / "gus.html").read_text()
+    for student in ("ada", "bob", "cy", "dee", "eve", "fay", "gus"):
         page = (feedback / f"{student}.html").read_text()
         assert f"Grades of {student}" in page
-        for chapter in CHAPTERS:
+        for chapter in CHAPTERS if student != "eve" else CHAPTERS[1:]:
             assert f"{student}/{chapter}.html" in page
             assert "<html" in (feedback / student / f"{chapter}.html").read_text().lower()
 
 
+def test_grading_again_skips_unchanged_submissions(graded, capsys):
+    root, expected, _ = graded
+    before = (root / "grades" / "grades.csv").read_text()
+    assert main([str(root / "submissions"), str(root / "grades"), "--book", str(BOOK),
+                 "--timeout", str(TIMEOUT_S)]) == 0
+    log = capsys.readouterr().err
+    assert log.count("unchanged, kept") == len({k[:2] for k in expected})
+    assert (root / "grades" / "grades.csv").read_text() == before
+
+
 def test_grading_again_never_overwrites_edited_grades(graded):
-    root, _ = graded
+    root, _, _ = graded
     table = root / "grades" / "grades.csv"
     table.write_text(table.read_text() + "ada,00,manual,1,1\n")  # an instructor's edit
     with pytest.raises(GradingError, match="--force"):

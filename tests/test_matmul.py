@@ -38,6 +38,14 @@ CASES = [
      2 * (B // 2) * (D // 4) * F),
     ("In[B, D_XY]", "W1[D_XY, F]", False, 3, P(None, None), [("all-reduce", B * F * 4, 8)],
      2 * B * (D // 8) * F),
+    # case 2 where the axis that shards D in one operand shards B or F in the other (issue 27;
+    # the Scaling Book's case 2): gather that operand along D, then multiply
+    ("In[B_X, D]", "W1[D_X, F]", False, 2, P("X", None), [("all-gather", D * F * 4, 2)],
+     2 * (B // 2) * D * F),  # FSDP's matmul: W1 gathered whole
+    ("In[B, D_X]", "W1[D, F_X]", False, 2, P(None, "X"), [("all-gather", B * D * 4, 2)],
+     2 * B * D * (F // 2)),
+    ("In[B_X, D_Y]", "W1[D, F_Y]", False, 2, P("X", "Y"), [("all-gather", B // 2 * D * 4, 4)],
+     2 * (B // 2) * D * (F // 4)),
 ]
 
 
@@ -123,6 +131,16 @@ def test_explore_matmul_renders_and_compiles():
                         True, True)
     assert any("reduce-scatter" in t.get_text() for t in fig.texts)
     assert "application/vnd.jupyter.widget-view+json" in tpviz.explore_matmul()._repr_mimebundle_()
+
+
+def test_explorer_accepts_case_2_with_the_axis_on_b_or_f():  # issue 27: FSDP's matmul
+    from tpviz.matmul.explore import CASES, matmul_rows, render_matmul
+
+    fig = render_matmul("X=2, Y=4", "In[B_X, D]", "W1[D_X, F]", 256, 512, 256, "TPU v5e (ICI)",
+                        False, True)
+    assert any("all-gather" in t.get_text() for t in fig.texts)
+    rows = matmul_rows("X[B_X, D] · W[D_X, F] (FSDP)", 256, 256, 256, "TPU v5e (ICI)", False)
+    assert "case 2" in str(rows) and "X[B_X, D] (FSDP)" not in CASES
 
 
 # --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------

@@ -113,6 +113,7 @@ def test_workers_refuses_to_run_outside_a_launcher():
 
 def test_check_fsdp_bytes(capsys):
     from checking import fails, passes
+
     from tpviz.exercises import check_fsdp_bytes
     passes(check_fsdp_bytes, 4 * (64 * 64 + 64) * 2 / 8, capsys=capsys)
     fails(check_fsdp_bytes, 4 * 64 * 64 * 2 / 8, words="biases")
@@ -122,6 +123,7 @@ def test_check_fsdp_bytes(capsys):
 
 def test_check_jax_to_torch(capsys):
     from checking import fails, passes
+
     from tpviz.exercises import check_jax_to_torch
     right = {"make_mesh": "init_device_mesh", "P('x', None)": "Shard(0)",
              "P()": "Replicate()", "an unreduced sum": "Partial()", "psum": "all_reduce"}
@@ -134,6 +136,7 @@ def test_check_jax_to_torch(capsys):
 
 def test_check_fsdp_collectives(capsys):
     from checking import fails, passes
+
     from tpviz.exercises import check_fsdp_collectives
     passes(check_fsdp_collectives, {True: {"all-gather": 10, "reduce-scatter": 5},
                                     False: {"all-gather": 5, "reduce-scatter": 5}},
@@ -164,6 +167,7 @@ def test_check_tp_plan_runs_the_plan_and_counts_its_collectives(capsys):
 
 def test_check_pipeline_split(capsys):
     from checking import fails, passes
+
     from tpviz.exercises import check_pipeline_split
     even = [(0, 2), (2, 4), (4, 6), (6, 8)]
     passes(check_pipeline_split, {"bounds": even, "schedule": "Schedule1F1B",
@@ -182,6 +186,7 @@ def test_check_pipeline_split(capsys):
 
 def test_check_schedule_design(capsys):
     from checking import fails, passes
+
     from tpviz.exercises import check_schedule_design
     passes(check_schedule_design, ("Schedule1F1B", 32), capsys=capsys)
     passes(check_schedule_design, ("ScheduleInterleaved1F1B", 16), capsys=capsys)

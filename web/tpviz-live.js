@@ -53,6 +53,15 @@ window.tpvizLive = [];
     }
   }
 
+  // the widest plot width in the spec (after narrowing): what the page draws plots at
+  function widest(spec) {
+    let w = typeof spec.width === "number" ? spec.width : 0;
+    for (const key of ["vconcat", "hconcat", "concat", "layer"]) {
+      if (Array.isArray(spec[key])) for (const v of spec[key]) w = Math.max(w, widest(v));
+    }
+    return w;
+  }
+
   function notesOf(rows, id) {
     return rows.filter((r) => r._id === id && r.note !== undefined && r.note !== null)
       .map((r) => String(r.note));
@@ -104,6 +113,13 @@ window.tpvizLive = [];
       svg.style.maxWidth = `${w}px`;
     }
     const view = result.view;
+    try {  // the plot width for expressions that hide what would not fit (labels)
+      let px = widest(spec) || 640;
+      const s = chart.querySelector("svg"), drawn = s && s.getBoundingClientRect().width;
+      if (drawn && +s.getAttribute("width") > drawn) px *= drawn / +s.getAttribute("width");
+      view.signal("_px", px);
+      await view.runAsync();
+    } catch (e) { /* a figure without the parameter */ }
     const show = () => {
       const id = view.signal("_id");
       const no = refused(rows, id), words = notesOf(rows, id);

@@ -10,6 +10,7 @@ from tpviz import (
     asyncpipe,
     autoshard,
     collectives,
+    context,
     core,
     errors,
     exercises,
@@ -26,6 +27,7 @@ from tpviz import (
 from tpviz.asyncpipe import explore_zoo
 from tpviz.autoshard import explore_autoshard
 from tpviz.collectives import explore_collectives
+from tpviz.context import explore_context
 from tpviz.devices import make_mesh, setup_devices
 from tpviz.layouts import explore_layout
 from tpviz.machines import explore_network, explore_roofline
@@ -48,6 +50,7 @@ TOPICS = (
     "mesh2d",
     "pipeline",
     "asyncpipe",
+    "context",
     "moe",
     "together",
     "autoshard",
@@ -59,4 +62,10 @@ __all__ = ["TOPICS", "asyncpipe", "autoshard", "collectives", "core", "errors", 
            "explore_pipeline", "explore_roofline", "explore_together", "explore_zero",
            "explore_zoo", "layouts", "machines", "make_mesh", "matmul", "megatron", "mesh2d",
            "moe", "pipeline", "setup_devices", "together", "zero"]
+__all__ = ["TOPICS", "autoshard", "collectives", "context", "core", "errors", "exercises",
+           "explore_autoshard", "explore_collectives", "explore_context", "explore_layout",
+           "explore_matmul",
+           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
+           "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
+           "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]
 __version__ = "0.2.0"

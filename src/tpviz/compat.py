@@ -54,6 +54,23 @@ def pvary(x, axis_name):
     return jax.lax.pvary(x, axis_name)
 
 
+def jax_make_mesh_axis_types(n: int = 1) -> tuple:
+    """The axis types a learner's own ``jax.make_mesh`` call gives by default in this JAX: Auto
+    up to 0.8 (0.7.2 on Colab), Explicit from 0.9 on. ``tpviz.make_mesh`` always defaults to
+    Auto; read from a one-device mesh rather than from the version number."""
+    one = jax.make_mesh((1,), ("a",), devices=jax.devices()[:1])
+    return tuple(one.axis_types) * n
+
+
+def mesh_context(mesh):
+    """``with mesh_context(mesh):`` makes ``mesh`` the current mesh, so that a bare
+    ``PartitionSpec`` names its axes (``jax.sharding.reshard(x, P(...))``). JAX 0.7.2 to the
+    newest: ``jax.set_mesh``; older spellings: ``jax.sharding.use_mesh``."""
+    if hasattr(jax, "set_mesh"):
+        return jax.set_mesh(mesh)
+    return jax.sharding.use_mesh(mesh)
+
+
 def varying_axes(x) -> frozenset[str]:
     """The mesh axes over which ``x`` *varies* (its value may differ between devices), read
     from its type inside ``shard_map`` with ``check_vma=True``; empty for an invariant value.
@@ -128,21 +145,53 @@ def widget_bundle(widget) -> dict:
     }
 
 
+# --- PyTorch (optional; the newest environment has none) -----------------------------------
+
+def torch_version() -> tuple[int, ...] | None:
+    """The installed torch's (major, minor), without importing it; None without torch."""
+    from importlib import metadata
+
+    try:
+        text = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    return tuple(int(p) for p in text.split("+")[0].split(".")[:2] if p.isdigit())
+
+
+def torch_v_schedules_on_gloo() -> str | None:
+    """Why ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` cannot run on gloo processes
+    with this torch, or None when they can. torch 2.11 (Colab's) sends between the two stages a
+    rank holds in the V (stages p-1 and p on the last rank) through gloo, which has no pair to
+    itself ("Pair is not connected"); torch 2.13 (pinned) passes them locally. 2.12: untested,
+    treated as 2.11."""
+    version = torch_version()
+    if version is None or version >= (2, 13):
+        return None
+    return (f"torch {'.'.join(map(str, version))} sends between a rank's own V stages "
+            "through gloo, which cannot reach itself; torch 2.13 runs them")
+
+
 # --- several processes (jax.distributed) ------------------------------------------------------
 
+# JAX's detectors that read only environment variables (no network, no warning); the others
+# (GCE TPU VMs: the metadata server; Kubernetes: its API) run only when asked for "auto"
+QUIET_CLUSTERS = ("SlurmCluster", "OmpiCluster", "GkeTpuCluster")
+
+
 def cluster_environment() -> tuple[str, int, int] | None:
-    """``(name, processes, process_id)`` of the cluster JAX's own detection finds (SLURM, Open
-    MPI, Cloud TPU, Kubernetes; not the opt-in mpi4py one), or None.
+    """``(name, processes, process_id)`` of the cluster JAX's own detection finds among
+    :data:`QUIET_CLUSTERS` (SLURM, Open MPI, TPUs on GKE), or None.
 
     No public API asks without initializing; ``jax._src.clusters.ClusterEnv._cluster_types`` and
     each type's ``is_env_present``, ``get_process_count`` and ``get_process_id`` exist in JAX
-    0.7.2 and 0.10.2 (checked). Should they go, None: pass the processes to setup_devices.
+    0.7.2, 0.10.2 and 0.12.0.1 (checked). Should they go, None: pass the processes to
+    setup_devices (or processes="auto").
     """
     try:
         from jax._src.clusters import ClusterEnv
 
         for env in ClusterEnv._cluster_types:
-            if not getattr(env, "opt_in_only_method", False) and env.is_env_present():
+            if env.__name__ in QUIET_CLUSTERS and env.is_env_present():
                 return env.__name__, int(env.get_process_count()), int(env.get_process_id())
     except Exception:  # private API moved, or a detector that fails outside its cluster
         return None

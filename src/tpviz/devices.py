@@ -17,6 +17,7 @@ from jax.sharding import AxisType, Mesh
 
 from tpviz import compat, distributed
 from tpviz.core import validate
+from tpviz.core.host_memory import refuse_beyond_memory
 from tpviz.errors import DeviceSetupError, ShardingError
 
 _chosen: list = []  # the devices setup_devices picked; make_mesh uses them by default
@@ -58,7 +59,8 @@ def _fallback_line(n: int, accelerators: Sequence) -> str:
     return line + "."
 
 
-def setup_devices(n: int = 8, *, processes: int | None = None, process_id: int | None = None,
+def setup_devices(n: int = 8, *, processes: int | str | None = None,
+                  process_id: int | None = None,
                   coordinator: str | None = None, timeout: float = 120.0,
                   verbose: bool = True) -> list:
     """Make ``n`` devices available and return them.
@@ -69,16 +71,18 @@ def setup_devices(n: int = 8, *, processes: int | None = None, process_id: int |
 
     Several processes (a multi-host TPU slice, GPU nodes, or ``python -m tpviz.cluster`` on one
     machine): given ``processes`` and ``process_id`` (or ``TPVIZ_PROCESSES`` and
-    ``TPVIZ_PROCESS_ID`` in the environment, or a cluster JAX detects: SLURM, Open MPI, Cloud
-    TPU), it joins the processes with ``jax.distributed.initialize`` and returns all ``n``
-    devices of all processes, so that meshes span them (see :mod:`tpviz.distributed`). On CPU
+    ``TPVIZ_PROCESS_ID`` in the environment, or a SLURM or Open MPI job; on a Cloud TPU slice
+    ``processes="auto"``), it joins the processes with ``jax.distributed.initialize`` and
+    returns all ``n`` devices of all processes, so that meshes span them (see
+    :mod:`tpviz.distributed`). On CPU
     each process emulates ``n / processes`` devices. To try it on one machine, run
     ``setup_devices(8, processes=2, process_id=0)`` in one terminal and ``process_id=1`` in
     another.
 
     Args:
         n: how many devices the notebook needs (in all processes together).
-        processes: how many processes take part; default: one, unless a launcher says more.
+        processes: how many processes take part; default: one, unless a launcher says more;
+            "auto": as many as JAX's cluster detection finds (a multi-host TPU slice).
         process_id: this process's number, 0 to ``processes - 1``.
         coordinator: process 0's "host:port" (default ``tpviz.distributed.LOOPBACK``).
         timeout: seconds to wait for the coordinator and the other processes.
@@ -109,6 +113,8 @@ def setup_devices(n: int = 8, *, processes: int | None = None, process_id: int |
                 f"setup_devices({n:,}): at most {MAX_CPU_DEVICES:,} emulated CPU devices can be "
                 "made on a machine without accelerators (more take minutes and gigabytes). "
                 "Plans need no devices: use the plan functions for larger counts.")
+        if not _has_accelerators_env():
+            refuse_beyond_memory(n)
         compat.ask_for_cpu_devices(n)
     accelerators = [d for d in jax.devices() if d.platform != "cpu"]
     if n > MAX_CPU_DEVICES and len(accelerators) < n:
@@ -218,6 +224,10 @@ def make_mesh(
         ShardingError: shape and names differ in length, a name repeats, or the number of
             devices does not equal the mesh size.
     """
+    if isinstance(axis_names, str):
+        raise ShardingError(
+            f"make_mesh: axis_names={axis_names!r} is a string, which would name one axis per "
+            f"letter; give a tuple of names, e.g. ({axis_names!r},).")
     shape, axis_names = tuple(shape), tuple(axis_names)
     if len(shape) != len(axis_names):
         raise ShardingError(

@@ -8,8 +8,10 @@ every process runs the same program; together they see every device, and a mesh 
    (``coordinator`` defaults to :data:`LOOPBACK`, for trying it on one machine);
 2. the environment a launcher sets: ``TPVIZ_PROCESSES``, ``TPVIZ_PROCESS_ID`` and
    ``TPVIZ_COORDINATOR`` (``python -m tpviz.cluster`` sets them);
-3. JAX's own cluster detection (SLURM, Open MPI, Cloud TPU, Kubernetes) finding more than one
-   process: JAX then chooses the coordinator, the count and this process's id.
+3. JAX's own cluster detection finding more than one process: by itself under SLURM, Open MPI
+   and TPUs on GKE (environment variables only); on Cloud TPU VMs and Kubernetes (which need
+   the network) when asked, ``processes="auto"`` or ``TPVIZ_PROCESSES=auto``. JAX then chooses
+   the coordinator, the count and this process's id.
 
 Before JAX connects (where the coordinator is known), the processes shake hands on the
 coordinator's port: process 0 waits for every other one, each says how many devices it wants,
@@ -54,6 +56,8 @@ def requested(processes=None, process_id=None, coordinator=None) -> Launch | Non
     Raises:
         DeviceSetupError: a count or id that is not an integer in range.
     """
+    if processes == "auto" or (processes is None and os.environ.get(ENV["processes"]) == "auto"):
+        return Launch(coordinator, None, None, "JAX's cluster detection (processes='auto')")
     if processes is None and process_id is None and coordinator is None:
         env = {k: os.environ.get(v) for k, v in ENV.items()}
         if env["processes"] is None:
@@ -235,12 +239,17 @@ def initialize(launch: Launch, devices: int, cpu: bool, timeout: float) -> None:
             f"setup_devices({devices}, processes={launch.processes}): {devices} emulated CPU "
             f"devices do not split evenly over {launch.processes} processes; ask for a multiple "
             f"of {launch.processes}.")
-    if launch.coordinator is not None:
+    if launch.coordinator is not None and launch.processes is not None:
         handshake(launch, devices, timeout)
     if cpu:
         compat.use_gloo()
         if launch.processes is not None:
             compat.ask_for_cpu_devices(devices // launch.processes)
-    compat.start_distributed(launch.coordinator, launch.processes, launch.process_id,
-                             max(1, int(timeout)))
+    try:
+        compat.start_distributed(launch.coordinator, launch.processes, launch.process_id,
+                                 max(1, int(timeout)))
+    except ValueError as e:  # "auto" where JAX's detection finds no cluster
+        raise DeviceSetupError(
+            f"setup_devices (from {launch.source}): JAX found no cluster to join ({e}). Pass "
+            "processes=, process_id= and coordinator= instead.") from None
     _started[:] = [launch]

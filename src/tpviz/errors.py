@@ -68,6 +68,10 @@ class WorkerTimeout(WorkerError, TimeoutError):
     """Worker processes that did not finish in time (often a deadlock in a collective)."""
 
 
+class MarkerError(TpvizError, ValueError):
+    """The exercise markers of a chapter are inconsistent (the message names the cell)."""
+
+
 class GradingError(TpvizError, ValueError):
     """Generating student copies or grading would lose work (write into the chapters' folder,
     overwrite a changed file) or cannot start (stale nbgrader metadata, no submissions)."""

@@ -114,7 +114,7 @@ def _two_bw_reference(w0, grad, lr, steps):
 @checker("Build: PipeDream-2BW's update on real arrays")
 def check_two_bw(fn) -> str:
     """``fn(w0, grad, lr, steps)`` → [W(0), W(1), …, W(steps)] with
-    W(t+1) = W(t) - lr grad(W(t-1)) and W(-1) = W(0); w0 sharded over 4 devices."""
+    w(t+1) = w(t) - lr grad(w(t-1)) and w(-1) = w(0); w0 sharded over 4 devices."""
     mesh = mesh_1d(4, "stage")
     rng = np.random.default_rng(3)
     a = rng.standard_normal((8, 8), dtype=np.float32)
@@ -149,7 +149,7 @@ def check_two_bw(fn) -> str:
                     f"{float(jnp.max(jnp.abs(g - w))):.2e}).",
                     "Keep two versions: the current one, updated, and the one before, "
                     "differentiated; start with both equal to W(0).")
-    return "two versions, one update behind: W(t+1) = W(t) - η ∇f(W(t-1)), exactly."
+    return "two versions, one update behind: w(t+1) = w(t) - η ∇f(w(t-1)), exactly."
 
 
 MEMORY_CAP = {"stages": 8, "microbatches": 16, "weights": 1.0, "activations": 8}

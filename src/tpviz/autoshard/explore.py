@@ -87,7 +87,7 @@ def autoshard_rows(mesh: str, bandwidth_gbs: float, batch: int, hidden: int,
                       f"{over}", name == "ILP (solver)"))
     choice = ", ".join(f"{op}: {how}" for op, how in best.strategies.items())
     return bar_rows(items, [f"mesh {mesh}, B = {batch:,}, H = {hidden:,}, F = 4H, "
-                            f"{bandwidth_gbs:g} GB/s", f"solver: {choice}"[:110]])
+                            f"{bandwidth_gbs:g} GB/s", f"solver: {choice}"])
 
 
 LIVE = LiveFigure(

@@ -42,9 +42,7 @@ def system_of(system) -> cost.System:
     """
     if isinstance(system, cost.System):
         return system
-    check.instance("system", system, str, "a name in tpviz.core.cost.SYSTEMS or a "
-                   "tpviz.core.cost.System")
-    return replace(cost.SYSTEMS[check.choice("system", system, cost.SYSTEMS)], latency=0.0)
+    return replace(cost.system(system), latency=0.0)
 
 
 def _mesh(mesh_shape) -> dict[str, int]:

@@ -104,6 +104,9 @@ def _none(devices, sizes) -> ArgumentError:
                          f"uses exactly {devices} devices; add a submesh size or change devices.")
 
 
+SEARCH_WORK = 2e6  # an upper bound of the search's steps (most stop far earlier)
+
+
 def stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
            memory_limit=None) -> Stages:
     """Contiguous stages and a submesh for each, minimising ``Σ t_i + (m − 1) · max t_i``.
@@ -128,6 +131,12 @@ def stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
     devices, microbatches, shapes = _check(devices, microbatches, submeshes)
     costs = _table(layer_costs, shapes)
     k = len(next(iter(costs.values())))
+    if len(shapes) > 1 or isinstance(layer_costs, Mapping):  # the search over stage times
+        n = len(shapes)
+        check.bounded("the stage search's work, (n·L²/2 stage times) × L² × N × n",
+                      n * k * k / 2 * k * k * devices * n / 2, SEARCH_WORK,
+                      "Group the layers into fewer, larger blocks (sum their costs), or offer "
+                      "fewer submesh shapes or devices.")
     fits = _fits(memory, memory_limit, k, microbatches)
     if len(shapes) == 1 and not isinstance(layer_costs, Mapping) and memory_limit is None:
         s, n = shapes[0], math.prod(shapes[0])  # one shape: balance the stages
@@ -225,6 +234,12 @@ def brute_stages(layer_costs, devices: int, microbatches: int, submeshes, memory
     devices, microbatches, shapes = _check(devices, microbatches, submeshes)
     costs = _table(layer_costs, shapes)
     k = len(next(iter(costs.values())))
+    if len(shapes) > 1 or isinstance(layer_costs, Mapping):  # the search over stage times
+        n = len(shapes)
+        check.bounded("the stage search's work, (n·L²/2 stage times) × L² × N × n",
+                      n * k * k / 2 * k * k * devices * n / 2, SEARCH_WORK,
+                      "Group the layers into fewer, larger blocks (sum their costs), or offer "
+                      "fewer submesh shapes or devices.")
     fits = _fits(memory, memory_limit, k, microbatches)
     best, best_value = None, math.inf
 

@@ -31,9 +31,9 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz import matmul
 from tpviz.autoshard.graph import Op
-from tpviz.core import layout
+from tpviz.core import layout, validate
 from tpviz.core.collectives import Collective, Collectives
-from tpviz.core.notation import axes_of, to_notation
+from tpviz.core.notation import as_spec, axes_of, to_notation
 from tpviz.errors import ShardingError
 
 
@@ -192,8 +192,11 @@ def reshard(shape, src, dst, mesh_shape, dtype="float32") -> Collectives:
     Layouts are compared per dimension as sets of axes: a change of their order (which GSPMD
     carries out with a collective-permute) is free here.
     """
-    return Collectives(_reshard(tuple(shape), P(*src), P(*dst),
-                                tuple(dict(mesh_shape).items()), str(layout.dtype_of(dtype))))
+    mesh_shape = validate.mesh_shape("mesh_shape", mesh_shape)
+    shape = tuple(validate.integer(f"shape[{i}]", n) for i, n in enumerate(shape))
+    src, dst = (layout.validate_spec(shape, as_spec(s), mesh_shape) for s in (src, dst))
+    return Collectives(_reshard(shape, P(*src), P(*dst), tuple(mesh_shape.items()),
+                                str(layout.dtype_of(dtype))))
 
 
 @functools.lru_cache(maxsize=65536)

@@ -5,13 +5,23 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
 from tpviz.collectives import buckets
 from tpviz.collectives.plan import crossover, plan
-from tpviz.core import compiled
-from tpviz.core.exercises import Wrong, call, checker, expect_array, expect_number, mesh_1d
+from tpviz.core import build, compiled
+from tpviz.core.exercises import (
+    Wrong,
+    as_bool,
+    as_number,
+    call,
+    checker,
+    expect_array,
+    expect_number,
+    mesh_1d,
+)
 
 # Exercise 1: a ring all-reduce of V = 400 MB (100 M float32 gradients) over K = 8 devices
 RING_V, RING_K = 400e6, 8
@@ -38,9 +48,12 @@ STATEMENTS = {
 TRUTH = {"a": True, "b": False, "c": False, "d": True, "e": True}
 
 
-def _number(answer) -> None:
-    if isinstance(answer, bool) or not isinstance(answer, int | float | np.integer | np.floating):
-        raise Wrong(f"give a number, not {answer!r}.")
+def _number(answer) -> float:
+    """The answer as a float (NumPy scalars and Fractions too); Wrong for anything else."""
+    try:
+        return as_number(answer)
+    except Wrong:
+        raise Wrong(f"give a number, not {answer!r}.") from None
 
 
 @checker("Bytes of a ring all-reduce")
@@ -63,7 +76,7 @@ def check_ring_bytes(answer) -> str:
 @checker("The parameter server's bottleneck")
 def check_server_seconds(answer) -> str:
     """Seconds of one step's communication at the server (receive, then send back)."""
-    _number(answer)
+    answer = _number(answer)
     p = plan("parameter-server", "all-reduce", PS_K, PS_V)
     want = p.time(0.0, PS_BETA)
     if math.isclose(answer, 2 * PS_V / PS_BETA, rel_tol=1e-6):
@@ -129,23 +142,86 @@ def check_ring_reduce_scatter(fn) -> str:
 
 @checker("When data parallelism equals the big batch")
 def check_same_as_big_batch(answers) -> str:
-    """A dict from the keys of ``STATEMENTS`` to True (equal) or False."""
+    """A dict from the keys of ``STATEMENTS`` to True (equal) or False. The message never says
+    which statement is wrong, nor how many (that would let a few tries find the answer)."""
     if not isinstance(answers, dict) or set(answers) != set(STATEMENTS):
         raise Wrong(f"give a dict with the keys {sorted(STATEMENTS)} and True or False values.")
-    wrong = sorted(k for k in STATEMENTS if answers[k] is not TRUTH[k])
-    if wrong:
-        raise Wrong(f"{len(wrong)} of {len(STATEMENTS)} wrong, e.g. ({wrong[0]}).",
+    try:
+        values = {k: as_bool(answers[k], f"({k})") for k in STATEMENTS}
+    except Wrong:
+        raise Wrong("each value should be True or False.") from None
+    if any(values[k] is not TRUTH[k] for k in STATEMENTS):
+        raise Wrong("not all of them are right (the check does not say which).",
                     "The big-batch gradient is the mean over all B examples of each example's "
                     "gradient. Is every device's share weighted 1/B, and does each example's "
                     "gradient depend only on that example?")
     return "Right: equal shares and per-example computation make the average exact."
 
 
+def _dp_data():
+    rng = np.random.default_rng(11)
+    params = {"w": rng.standard_normal((16, 4), dtype=np.float32) / 4,
+              "b": rng.standard_normal(4, dtype=np.float32)}
+    x = rng.standard_normal((64, 16), dtype=np.float32)  # 8 examples per device
+    y = rng.standard_normal((64, 4), dtype=np.float32)
+    return params, x, y
+
+
+def dp_loss(params, x, y):
+    """The exercise's model: the mean squared error of a linear layer."""
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+@checker("Data-parallel gradients")
+def check_dp_gradients(fn) -> str:
+    """``fn(params, x, y)`` per device on 8 devices along "data": params whole, x and y this
+    device's 8 examples; returns the gradient of ``dp_loss`` over the whole batch of 64, on
+    every device. The compiled program should all-reduce the gradient's bytes once."""
+    params, x, y = _dp_data()
+    mesh = mesh_1d(8, "data")
+    rows = PartitionSpec("data")
+    ran = build.run(fn, mesh, (PartitionSpec(), rows, rows), PartitionSpec(), params, x, y,
+                    what="your data-parallel step")
+    want = jax.grad(dp_loss)(params, x, y)
+    got = ran.out
+    if not isinstance(got, dict) or set(got) != set(want):
+        raise Wrong("return the gradient as a dict with the keys of params ('w' and 'b').",
+                    "jax.grad of a function of params returns that structure.")
+    hint = ("Each device's gradient of the mean over its own examples is one share; how are "
+            "the shares combined into the big batch's gradient?")
+    if np.allclose(got["w"], 8 * want["w"], rtol=1e-4):
+        raise Wrong("the gradient is 8 times too large: the shares are summed, not averaged.",
+                    hint)
+    for k in ("w", "b"):
+        expect_array(got[k], want[k], what=f"the gradient of {k}", rtol=1e-4, atol=1e-6,
+                     hint=hint)
+    found = build.moving(ran.program, mesh)
+    grad_bytes = sum(v.nbytes for v in params.values())
+    if any(c.kind == "all-gather" for c, _ in found):
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}: "
+                    "it gathers data that each device could reduce instead.", hint)
+    reduced = sum(c.bytes for c, _ in found if c.kind == "all-reduce")
+    if {c.kind for c, _ in found} != {"all-reduce"}:
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; "
+                    "data parallelism needs only an all-reduce of the gradients.", hint)
+    if reduced != grad_bytes:
+        raise Wrong(f"right values, but the program all-reduces {reduced:,} bytes; the "
+                    f"gradient is {grad_bytes:,} bytes, all-reduced once.", hint)
+    return (f"The big batch's gradient, with all-reduces of exactly the gradient's "
+            f"{grad_bytes:,} bytes.")
+
+
 @checker("The best bucket size")
 def check_bucket_size(answer) -> str:
     """A bucket size in bytes with the least exposed communication for the exercise's model."""
-    if isinstance(answer, bool) or not isinstance(answer, int | float) or not answer >= 0:
+    try:
+        size = as_number(answer)
+    except Wrong:  # infinity is a size here (one bucket for everything); NaN is not
+        infinite = isinstance(answer, float | np.floating) and answer == math.inf
+        size = math.inf if infinite else -1.0
+    if not size >= 0:
         raise Wrong(f"give a bucket size in bytes (a number >= 0), not {answer!r}.")
+    answer = size
     kw = {"devices": BUCKET_K, "alpha": BUCKET_ALPHA, "beta": BUCKET_BETA}
     _best, line = buckets.best_bucket(BUCKET_TIMES, BUCKET_BYTES, **kw)
     mine = buckets.simulate(BUCKET_TIMES, BUCKET_BYTES, answer, **kw)

@@ -6,6 +6,7 @@ from matplotlib.figure import Figure
 
 from tpviz.collectives.draw import cost_figure, steps_figure
 from tpviz.collectives.plan import ALGORITHMS, crossover, line, lower_bound, plan
+from tpviz.core import validate
 from tpviz.core.collectives import html_table
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
@@ -19,6 +20,9 @@ def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1
     """A table of every algorithm's steps, bytes per device and time at this size (with the
     crossover against the chosen one), the chosen plan's steps drawn (K <= 16), and the times
     against message size."""
+    devices = validate.integer("devices", devices, maximum=max(DEVICES),
+                               fix=f"The explorer draws K up to {max(DEVICES)}.")
+    size = validate.choice("size", size, SIZES)
     nbytes, alpha, beta = SIZES[size], alpha_us * 1e-6, beta_gbs * 1e9
     p = plan(algorithm, "all-reduce", devices, nbytes)  # raises for a bad combination
     rows = []

@@ -133,16 +133,18 @@ class CollectivePlan:
 
 
 _NUMBER = int | float | np.integer | np.floating
+MAX_DEVICES = 256  # the ring's 2K(K-1) moves: 130 000 at K = 256, planned in about a second
 
 
-def _positive(value, name: str) -> None:
+def _positive(value, name: str) -> None:  # infinity allowed: an infinitely fast link
     if isinstance(value, bool) or not isinstance(value, _NUMBER) or not value > 0:
         raise ArgumentError(f"{name}={value!r}: give a positive number.")
 
 
 def _nonnegative(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, _NUMBER) or not value >= 0:
-        raise ArgumentError(f"{name}={value!r}: give a number >= 0.")
+    if (isinstance(value, bool) or not isinstance(value, _NUMBER) or not value >= 0
+            or not math.isfinite(value)):
+        raise ArgumentError(f"{name}={value!r}: give a finite number >= 0.")
 
 
 def _ring(k: int, op: str) -> list[list[Move]]:
@@ -230,6 +232,12 @@ def plan(algorithm: str, op: str, devices: int, nbytes: float) -> CollectivePlan
                             f"{algorithm!r} does all-reduce.")
     if isinstance(devices, bool) or not isinstance(devices, int | np.integer) or devices < 1:
         raise ArgumentError(f"devices={devices!r}: give the number of devices K, an integer >= 1.")
+    if devices > MAX_DEVICES:
+        raise ArgumentError(
+            f"devices={devices}: a plan lists every send of every step (a ring on K devices "
+            f"has 2K(K-1) of them), so it is limited to K <= {MAX_DEVICES}. For the time on "
+            "more devices use the formula: steps·α + slope·V/β, with (steps, slope) from a "
+            "small K (the ring's 2(K-1) steps and 2(K-1)/K·V bytes).")
     _nonnegative(nbytes, "nbytes")
     k = int(devices)
     if algorithm == "halving-doubling" and k & (k - 1):
@@ -278,6 +286,8 @@ def crossover(a: str, b: str, devices: int, alpha: float, beta: float,
     """The message size V (bytes) at which algorithms ``a`` and ``b`` take equal time; below it
     the one with fewer steps wins, above it the one that sends fewer bytes. None when one is
     never slower (same steps, or same bytes)."""
+    _nonnegative(alpha, "alpha")
+    _positive(beta, "beta")
     (sa, ka), (sb, kb) = line(a, op, devices), line(b, op, devices)
     if math.isclose(ka, kb) or sa == sb:
         return None

@@ -138,8 +138,32 @@ class Estimate:
         return self.compute_s + self.comm_s
 
 
+def system(value, name: str = "system") -> System:
+    """The one lookup of a system: a :class:`System` as it is, or the name of one in
+    :data:`SYSTEMS` (letter case ignored).
+
+    Raises:
+        ArgumentTypeError: neither a name nor a System.
+        ArgumentError: a name that is not in :data:`SYSTEMS` (the message lists them).
+    """
+    from tpviz.core import validate
+
+    if isinstance(value, System):
+        return value
+    validate.instance(name, value, str, "a System or one of the names in "
+                      "tpviz.core.cost.SYSTEMS", "For example 'H100 (NVLink)'.")
+    lowered = {k.lower(): k for k in SYSTEMS}
+    if value.lower() in lowered:
+        return SYSTEMS[lowered[value.lower()]]
+    return SYSTEMS[validate.choice(name, value, SYSTEMS)]
+
+
+_system = system  # for the functions below, whose argument is also called ``system``
+
+
 def estimate(flops: float, collectives, system: System) -> Estimate:
     """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each
     priced by :meth:`System.price` (groups packed into nodes)."""
+    system = _system(system)
     comm = sum(system.price(c).seconds for c in collectives)
     return Estimate(flops / system.flops, comm)

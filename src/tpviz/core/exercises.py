@@ -5,8 +5,13 @@ with the expected one and raises :class:`Wrong` with a specific message when it 
 decorator turns that into a one-line ✗ message (the cell fails, so a wrong answer fails under
 the tests), treats ``...`` or a function that raises ``NotImplementedError`` as "not attempted
 yet", and reports any exception raised by the learner's code in plain words. While nbgrader
-grades a submission (environment variable ``TPVIZ_GRADING`` set), a stub answer fails instead, so
-an exercise not attempted scores 0 rather than nbgrader's full marks for a test that passes.
+grades a submission (environment variable ``TPVIZ_GRADING`` set when tpviz is imported: the
+submission cannot switch it off by editing ``os.environ``), a stub answer fails instead, so an
+exercise not attempted scores 0 rather than nbgrader's full marks for a test that passes.
+
+The whole check runs in a worker thread under :data:`CHECK_TIME_LIMIT_S` (every trace and compile
+of the learner's code included; see :mod:`tpviz.core.sandbox`): an endless loop, even one inside
+compiled code, a ``sys.exit()`` or an ``__eq__`` that never returns becomes a ✗ message.
 """
 
 from __future__ import annotations
@@ -17,20 +22,23 @@ import io
 import math
 import numbers
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from fractions import Fraction
 
 import numpy as np
 
 from tpviz.core import verify
+from tpviz.core.sandbox import StillRunning, TimeUp, run_limited, time_limit
 from tpviz.errors import describe
 
 NOT_ATTEMPTED = "not attempted yet"
 GRADING_ENV = "TPVIZ_GRADING"  # set (by tpviz.grading) while nbgrader grades: a stub fails
+GRADING = bool(os.environ.get(GRADING_ENV))  # read once, when tpviz is imported
 TIME_LIMIT_S = 15  # a learner's function runs at most this long inside a checker (a guard
 # against endless loops: the slowest right answer, a shard_map compile, takes 1-3 s)
+CHECK_TIME_LIMIT_S = 90  # a whole check (below grading's 120-s cell timeout): the learner's calls,
+# traces and compiles, the checker's
 OUTPUT_LIMIT = 2000  # characters of the learner's printed output shown by a checker
 
 
@@ -57,29 +65,12 @@ def is_stub(value) -> bool:
     return value is ... or value is NotImplemented
 
 
-class _TimeUp(BaseException):  # not an Exception: the learner's code cannot catch it by accident
-    pass
+_TimeUp = TimeUp  # the name earlier versions used
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt the block after ``seconds`` with :class:`_TimeUp` (a SIGALRM timer: Jupyter,
-    Colab and pytest run cells in the main thread of a Unix process; elsewhere no limit)."""
-    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not usable:
-        yield
-        return
-
-    def expire(*_):
-        raise _TimeUp
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def grading() -> bool:
+    """Whether nbgrader is grading: set in the environment when tpviz was imported, or now."""
+    return GRADING or bool(os.environ.get(GRADING_ENV))
 
 
 @contextlib.contextmanager
@@ -108,23 +99,28 @@ def call(fn: Callable, *args, what: str = "your function"):
     try:
         with capped_output(), time_limit(TIME_LIMIT_S):
             return fn(*args)
-    except _TimeUp:
+    except TimeUp:
         raise Wrong(f"{what} ran for more than {TIME_LIMIT_S} s and was stopped.",
                     "Look for a loop that never ends, or use smaller arrays.") from None
     except NotImplementedError:
         raise NotAttempted from None
+    except SystemExit as e:
+        raise Wrong(f"{what} called sys.exit({e.code!r}) (SystemExit).",
+                    "A function returns its result; it does not end the program.") from None
     except Exception as e:
         raise Wrong(f"{what} raised {describe(e)}",
                     "Run it on its own in a new cell to see the full error.") from None
 
 
 def as_integer(value, what: str = "your answer") -> int:
-    """An exact integer from an int, a NumPy or JAX integer scalar; :class:`Wrong` otherwise
-    (strings, bools and floats such as 3.9 are not silently rounded)."""
+    """An exact integer from an int, a NumPy or JAX integer scalar or a whole ``Fraction``;
+    :class:`Wrong` otherwise (strings, bools and floats such as 3.9 are not silently rounded)."""
     if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():
         value = np.asarray(value).item()
     if isinstance(value, np.generic):
         value = value.item()
+    if isinstance(value, Fraction) and value.denominator == 1:
+        value = value.numerator
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise Wrong(f"{what} should be a whole number, but it is {value!r} "
                     f"({type(value).__name__}).")
@@ -142,7 +138,49 @@ def as_number(value, what: str = "your answer") -> float:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise Wrong(f"{what} should be a number, but it is {value!r} ({type(value).__name__}).")
-    return float(value)
+    try:
+        plain = float(value)
+    except OverflowError:  # a Fraction or an int too large for a float
+        raise Wrong(f"{what} is too large to be right ({type(value).__name__}).") from None
+    if not math.isfinite(plain):
+        raise Wrong(f"{what} is {plain}, not a finite number.",
+                    "Look for a division by zero or an overflow.")
+    return plain
+
+
+def as_bool(value, what: str = "your answer") -> bool:
+    """A ``bool`` from ``True``/``False`` or a NumPy/JAX boolean scalar; :class:`Wrong` for
+    anything else (``1``, ``"yes"``)."""
+    if is_stub(value):
+        raise NotAttempted
+    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():
+        value = np.asarray(value).item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, bool):
+        raise Wrong(f"{what} should be True or False, but it is {value!r} "
+                    f"({type(value).__name__}).")
+    return value
+
+
+def only_keys(answer, allowed: Iterable[str], what: str = "your answer",
+              required: Iterable[str] | None = None) -> dict:
+    """The answer as a ``dict`` with no key outside ``allowed`` (and every key of ``required``,
+    default none); :class:`Wrong` naming an unknown or missing key otherwise."""
+    if is_stub(answer):
+        raise NotAttempted
+    if not isinstance(answer, dict):
+        raise Wrong(f"{what} should be a dict, but it is a {type(answer).__name__}.")
+    allowed = list(allowed)
+    extra = [k for k in answer if k not in allowed]
+    if extra:
+        raise Wrong(f"{what} has key {extra[0]!r}, which this exercise does not use.",
+                    f"Use only the keys {', '.join(map(repr, allowed))}.")
+    missing = [k for k in (required or []) if k not in answer]
+    if missing:
+        raise Wrong(f"{what} has no key {missing[0]!r}.",
+                    f"Give every one of {', '.join(map(repr, required))}.")
+    return answer
 
 
 def expect_number(value, expected: float, *, what: str = "your answer", rel: float = 1e-6,
@@ -169,8 +207,8 @@ def expect_array(value, expected, *, what: str = "your result", rtol: float = 1e
     if np.dtype(value.dtype) != expected.dtype:
         raise Wrong(f"{what} has dtype {value.dtype}; expected {expected.dtype}.", hint)
     got = verify.host(value, np.dtype(value.dtype))  # whole, also when split across processes
-    if np.issubdtype(got.dtype, np.floating) and np.isnan(got).any():
-        raise Wrong(f"{what} contains NaN.", hint)
+    if np.issubdtype(got.dtype, np.inexact) and not np.isfinite(got).all():
+        raise Wrong(f"{what} contains NaN or infinite values.", hint)
     if not np.allclose(got, expected, rtol=rtol, atol=atol):
         worst = np.unravel_index(np.argmax(np.abs(got - expected)), expected.shape)
         at = tuple(map(int, worst))
@@ -186,31 +224,57 @@ def mesh_1d(devices: int, axis: str):
     return make_mesh((devices,), (axis,), devices=chosen_devices()[:devices])
 
 
+def _judge(body: Callable, args, kwargs) -> tuple[str, str]:
+    """Run one check: ``("ok", praise)``, ``("stub", "")`` or ``("wrong", message)``."""
+    try:
+        if any(is_stub(a) for a in (*args, *kwargs.values())):
+            raise NotAttempted
+        return "ok", body(*args, **kwargs) or ""
+    except NotAttempted:
+        return "stub", ""
+    except Wrong as w:
+        return "wrong", w.message + (f"\n  Hint: {w.hint}" if w.hint else "")
+    except (TimeUp, StillRunning):
+        raise
+    except SystemExit as e:
+        return "wrong", (f"your code called sys.exit({e.code!r}) (SystemExit).\n  Hint: a "
+                         "function returns its result; it does not end the program.")
+    except Exception as e:
+        return "wrong", f"your answer could not be checked ({type(e).__name__}: {e})."
+
+
 def checker(title: str) -> Callable:
-    """Decorate a checker body: report ✓, ✗ (raising :class:`ExerciseFailed`) or not attempted."""
+    """Decorate a checker body: report ✓, ✗ (raising :class:`ExerciseFailed`) or not attempted.
+
+    The body runs in a worker thread under :data:`CHECK_TIME_LIMIT_S` (see :mod:`~tpviz.core.
+    sandbox`), so every call, trace and compile of the learner's code is inside the limit."""
 
     def wrap(body: Callable) -> Callable:
         @functools.wraps(body)
         def check(*args, **kwargs):
+            limit = CHECK_TIME_LIMIT_S
             try:
-                if any(is_stub(a) for a in (*args, *kwargs.values())):
-                    raise NotAttempted
-                praise = body(*args, **kwargs)
-            except NotAttempted:
-                if os.environ.get(GRADING_ENV):  # nbgrader's autograde: a stub scores 0
-                    raise ExerciseFailed(f"✗ {title}: {NOT_ATTEMPTED}.") from None
+                status, text = run_limited(_judge, body, args, kwargs, seconds=limit)
+            except TimeUp:
+                status, text = "wrong", (
+                    f"checking your answer took more than {limit} s and was stopped.\n  "
+                    "Hint: look for a loop that never ends (in your function or in an "
+                    "__eq__ it defines), or use smaller arrays.")
+            except StillRunning:
+                status, text = "wrong", (
+                    f"your code ran for more than {limit} s inside compiled code or a "
+                    "blocking call (a jax.lax.while_loop that never ends? a long time.sleep?) "
+                    "and cannot be stopped from Python.\n  Hint: check the loop's condition; "
+                    "a compiled loop keeps a CPU busy until you restart the kernel.")
+            if status == "stub":
+                if grading():  # nbgrader's autograde: a stub scores 0
+                    raise ExerciseFailed(f"✗ {title}: {NOT_ATTEMPTED}.")
                 print(f"⏳ {title}: {NOT_ATTEMPTED}. Fill in the cell above, run it, then run "
                       "this cell again.")
                 return None
-            except Wrong as w:
-                message = f"✗ {title}: {w.message}"
-                if w.hint:
-                    message += f"\n  Hint: {w.hint}"
-                raise ExerciseFailed(message) from None
-            except Exception as e:
-                raise ExerciseFailed(f"✗ {title}: your answer could not be checked "
-                                     f"({type(e).__name__}: {e}).") from None
-            print(f"✓ {title}: correct!" + (f" {praise}" if praise else ""))
+            if status == "wrong":
+                raise ExerciseFailed(f"✗ {title}: {text}")
+            print(f"✓ {title}: correct!" + (f" {text}" if text else ""))
             return None
 
         check.title = title

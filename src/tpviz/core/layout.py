@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,14 +27,28 @@ _SHORT_DTYPES = {"bf16": ml_dtypes.bfloat16, "bfloat16": ml_dtypes.bfloat16, "f3
                  "u8": np.uint8, "s32": np.int32, "i32": np.int32, "fp8": ml_dtypes.float8_e4m3fn}
 
 
+_SUB_BYTE = re.compile(r"^u?int[124]$|^float[46]_")  # int4, uint2, float4_e2m1fn, ...
+
+
 def dtype_of(dtype) -> np.dtype:
     """A numpy dtype from a numpy/JAX dtype or a name such as ``"bf16"`` or ``"int8"``."""
+    if dtype is None:
+        raise ShardingError("dtype=None: give a dtype such as 'float32', 'bf16' or 'int8'.")
     try:
-        return np.dtype(_SHORT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+        found = np.dtype(_SHORT_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     except TypeError:
         raise ShardingError(
             f"unknown dtype {dtype!r}; use e.g. 'float32', 'bf16' or 'int8'."
         ) from None
+    if (isinstance(dtype, str) and dtype not in _SHORT_DTYPES and found.name != dtype
+            and re.fullmatch(r"(u?int|float|[iufc])\d+", dtype)):
+        raise ShardingError(f"dtype {dtype!r} is NumPy's old code for {found.name}; write "
+                            f"{found.name!r} if you mean it.")
+    if _SUB_BYTE.match(found.name):
+        raise ShardingError(f"dtype {found.name!r} packs several values into a byte, and tpviz "
+                            "counts whole bytes per element; use 'int8' or 'fp8' (and halve "
+                            "the bytes yourself for 4 bits).")
+    return found
 
 
 def dtype_size(dtype) -> int:
@@ -93,6 +108,10 @@ def shard_shape(shape: Sequence[int], spec, mesh_shape: MeshShape) -> tuple[int,
 
     ``mesh_shape`` maps axis names to sizes (a ``jax.sharding.Mesh`` works too)."""
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
+    _validate.bounded("devices in the mesh (one holder list entry each)",
+                      math.prod(mesh_shape.values()), MAX_BLOCK_DEVICES,
+                      "Draw or list a smaller mesh: the layout of a 4 × 8 mesh shows the same "
+                      "pattern as a 4096 × 4096 one.")
     spec = validate_spec(shape, spec, mesh_shape)
     shape = tuple(int(s) for s in shape)
     entries = list(spec) + [None] * (len(shape) - len(spec))
@@ -124,12 +143,19 @@ class Block:
     devices: tuple[int, ...]  # flat positions in the mesh (row-major over the mesh axes)
 
 
+MAX_BLOCK_DEVICES = 16_384  # blocks() lists every device: 16,384 take about a second
+
+
 def blocks(shape: Sequence[int], spec, mesh_shape: MeshShape) -> list[Block]:
     """Every block of the array and the mesh positions that hold it, replication included.
 
     A dimension split over several axes ``(X, Y)`` is numbered ``X`` major: block ``x * |Y| + y``.
     """
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
+    _validate.bounded("devices in the mesh (one holder list entry each)",
+                      math.prod(mesh_shape.values()), MAX_BLOCK_DEVICES,
+                      "Draw or list a smaller mesh: the layout of a 4 × 8 mesh shows the same "
+                      "pattern as a 4096 × 4096 one.")
     spec = validate_spec(shape, spec, mesh_shape)
     shape = tuple(int(s) for s in shape)
     entries = list(spec) + [None] * (len(shape) - len(spec))

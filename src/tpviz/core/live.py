@@ -30,6 +30,9 @@ from tpviz.errors import ArgumentError, TpvizError
 MAX_SETTINGS = 2000
 #: font size (px) of every text in a live figure: >= 8 pt at the book's width
 FONT = 12
+#: a Vega parameter holding the width (px) the page drew the plots at (``tpviz-live.js`` sets
+#: it after fitting the figure to its column): expressions can hide what would not fit
+PLOT_PX = "_px"
 #: outline of every bar and box: pale fills (Okabe-Ito's yellow, 1.3:1 on white) stay >= 3:1
 OUTLINE = "#333333"
 
@@ -136,6 +139,7 @@ def spec(live: LiveFigure) -> dict:
     setting = " + '|' + ".join(f"({n} + '')" for n, g in live.controls.items()
                                if g.in_rows) or "''"
     params.append(alt.param(name="_id", expr=f"{lookup}[{setting}]"))
+    params.append(alt.param(name=PLOT_PX, value=640))
     base = alt.Chart(alt.NamedData(name="rows")).transform_filter("datum._id == _id")
     chart = live.chart(base).add_params(*params).configure(font="sans-serif").configure_view(
         stroke=None).configure_bar(stroke=OUTLINE, strokeWidth=0.6).configure_rect(

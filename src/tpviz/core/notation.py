@@ -122,6 +122,11 @@ def as_spec(spec_or_notation) -> PartitionSpec:
         return spec_or_notation
     if isinstance(spec_or_notation, str):
         return parse(spec_or_notation).spec
+    if not isinstance(spec_or_notation, tuple | list):
+        raise NotationError(
+            f"a layout must be a PartitionSpec, a notation string such as 'A[I_X, J]' or a tuple "
+            f"of entries such as ('X', None), got {type(spec_or_notation).__name__} "
+            f"{spec_or_notation!r:.60}.")
     return PartitionSpec(*spec_or_notation)
 
 

@@ -120,6 +120,19 @@ def mesh_shape(name: str, value) -> dict[str, int]:
     return {str(axis): integer(f"{name}[{axis!r}]", size) for axis, size in value.items()}
 
 
+def bounded(what: str, amount: float, limit: float, fix: str,
+            error: type[Exception] = ArgumentError) -> None:
+    """Refuse work or memory beyond ``limit``: a size guard that answers at once, with an error
+    naming the size (``what`` = ``amount``), the limit and the fix.
+
+    Raises:
+        ArgumentError (or ``error``): ``amount > limit``.
+    """
+    if amount > limit:
+        raise error(f"{what} = {amount:,.0f} is more than the limit of {limit:,.0f}, which "
+                    f"keeps this to a few seconds and a few hundred MB. {fix}")
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

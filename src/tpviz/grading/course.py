@@ -78,9 +78,10 @@ class Course:
     def __exit__(self, *exc) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def nbgrader(self, *args: str, check: bool = True) -> str:
+    def nbgrader(self, *args: str, check: bool = True, quiet: bool = False) -> str:
         """Run one nbgrader command in the course; its log in the error if it fails (with
-        ``check=False``, a warning: nbgrader has gone on with the other notebooks)."""
+        ``check=False``, a warning: nbgrader has gone on with the other notebooks; with
+        ``quiet`` too, no warning: the caller reads the log it returns)."""
         # nbgrader calls `alembic` by name: put this Python's scripts first on the PATH
         bindir = str(Path(sys.executable).parent)
         env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
@@ -88,6 +89,8 @@ class Course:
                              cwd=self.root, capture_output=True, text=True, env=env)
         if run.returncode:
             log = (run.stdout + run.stderr)[-3000:]
+            if not check and quiet:
+                return run.stdout + run.stderr
             if not check:
                 print(f"warning: nbgrader {' '.join(args)} reported errors:\n{log}",
                       file=sys.stderr)

@@ -7,8 +7,8 @@ metadata (schema version 3):
 
 - the answer cell: ``solution: true``, ``grade: false``, ``grade_id: "ex5_2_answer"``;
 - the check cell: an autograded test, ``grade: true``, ``locked: true``, ``grade_id: "ex5_2"``,
-  ``points`` by the difficulty written in the prompt: easy 1, medium 2, hard or design 3 (the
-  largest word wins: "(hard, design)" is 3). A prompt without a difficulty counts 1 point.
+  ``points`` by the difficulty written in the prompt: easy 1, medium 2, hard, build or design 3
+  (the largest word wins: "(easy, build)" is 3). A prompt without a difficulty counts 1 point.
 
 Every other cell loses any nbgrader metadata, so the markers are the one source of truth.
 
@@ -27,10 +27,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpviz.errors import MarkerError
 from tpviz.grading.student import BEGIN, END
 
 SCHEMA_VERSION = 3
-POINTS = {"easy": 1, "medium": 2, "hard": 3, "design": 3}
+POINTS = {"easy": 1, "medium": 2, "hard": 3, "design": 3, "build": 3}
 DEFAULT_POINTS = 1  # a prompt that names no difficulty
 CHECK_CALL = re.compile(r"\btpviz\.exercises\.(check_\w+)\s*\(")
 PROMPT = re.compile(r"\*\*Exercise\s+(\d+(?:\.\d+)*)\s*[—–-]+\s*(.*?)\*\*", re.S)
@@ -45,10 +46,6 @@ class Exercise:
     title: str
     points: int
     grade_id: str  # of the check cell; the answer cell's is grade_id + "_answer"
-
-
-class MarkerError(ValueError):
-    """The exercise markers of a chapter are inconsistent (the message names the cell)."""
 
 
 def source(cell: dict) -> str:

@@ -23,6 +23,16 @@ BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 TODO = "# TODO: your code here"
 
 
+def _names(target: ast.expr) -> list[str]:
+    """The names an assignment target binds, one each: ``(a, b)`` gives a and b (a tuple stub
+    ``(a, b) = ...`` would fail to unpack the ``...``)."""
+    if isinstance(target, ast.Tuple | ast.List):
+        return [n for e in target.elts for n in _names(e)]
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    return [ast.unparse(target)]
+
+
 def _stub(block: str) -> list[str]:
     """Stub lines defining the names that ``block`` (dedented source) defines."""
     lines: list[str] = []
@@ -33,7 +43,8 @@ def _stub(block: str) -> list[str]:
                       '    raise NotImplementedError("exercise not attempted yet")']
         elif isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            lines += [f"{ast.unparse(t)} = ...  {TODO}" for t in targets]
+            names = [n for t in targets for n in _names(t)]
+            lines.append(f"{' = '.join(names)} = ...  {TODO}")
     return lines or [TODO, 'raise NotImplementedError("exercise not attempted yet")']
 
 

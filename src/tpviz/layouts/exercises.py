@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from tpviz.core import compiled, layout
+from tpviz import compat
+from tpviz.core import build, compiled, layout
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
@@ -19,6 +20,7 @@ from tpviz.core.exercises import (
     is_stub,
 )
 from tpviz.core.notation import axes_of, parse
+from tpviz.devices import make_mesh
 from tpviz.errors import TpvizError
 
 
@@ -90,7 +92,16 @@ def check_rows_over_mesh(x_sharded, x) -> str:
         raise Wrong("the blocks have the right shape but sit on the wrong devices.",
                     "The order inside the tuple matters: ('X', 'Y') makes X the major axis.")
     n = wanted[0]
-    return f"Spec {x_sharded.sharding.spec}: device k holds rows {n}k to {n}k + {n - 1}."
+    row_sums = compiled.compile_for(lambda a: a.sum(axis=1), x_sharded)
+    held = compiled.memory(row_sums).argument
+    if held != x.nbytes // mesh.size:
+        raise Wrong(f"the compiled program's argument takes {held:,} bytes per device, not "
+                    f"{x.nbytes // mesh.size:,}: some rows are held more than once.")
+    if [c for c in compiled.collectives(row_sums) if c.moves_data]:
+        raise Wrong("summing each row needs communication with this layout: rows are split.",
+                    "Each device should hold whole rows.")
+    return (f"Spec {x_sharded.sharding.spec}: device k holds rows {n}k to {n}k + {n - 1}; the "
+            f"compiled row sum takes {held} bytes per device and moves nothing.")
 
 
 @checker("A global sum with one all-reduce")
@@ -115,6 +126,45 @@ def check_total(total, x) -> str:
                     "per device); a single number would do.",
                     "What could each device do to its block before the all-reduce?")
     return f"One all-reduce of {op.bytes} bytes over {op.group_size} devices."
+
+
+def _explicit_input():
+    mesh = make_mesh((2, 4), ("X", "Y"), axis_types=(AxisType.Explicit,) * 2)
+    a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    return mesh, a, jax.device_put(a, NamedSharding(mesh, PartitionSpec("X", "Y")))
+
+
+@checker("Reshard in Explicit mode")
+def check_explicit_reshard(fn) -> str:
+    """``fn(a)`` under ``jax.jit`` on a (2, 4) mesh with Explicit axes X and Y: ``a`` is
+    f32[16, 32] typed A[I_X, J_Y]; the result must be the same values typed A[I_XY, J] (rows
+    over both axes, X major), moved with one all-to-all of one block along Y."""
+    mesh, a, placed = _explicit_input()
+    with compat.mesh_context(mesh):
+        ran = build.run(fn, mesh, None, None, placed, what="your function")
+    out = ran.out
+    expect_array(out, a, what="the result", hint="Resharding moves data; it never changes it.")
+    want = NamedSharding(mesh, PartitionSpec(("X", "Y"), None))
+    spec = getattr(out.sharding, "spec", None)
+    if not out.sharding.is_equivalent_to(want, 2):
+        swapped = NamedSharding(mesh, PartitionSpec(("Y", "X"), None))
+        if out.sharding.is_equivalent_to(swapped, 2):
+            raise Wrong(f"the result is typed {spec}: the rows are split with Y major.",
+                        "The order inside the tuple decides which axis is major.")
+        raise Wrong(f"the result is typed {spec}, not rows over both axes with X major.",
+                    "Say the layout you want with jax.sharding.reshard and a PartitionSpec.")
+    found = build.moving(ran.program, mesh)
+    block = a.nbytes // mesh.size
+    if any(c.kind == "all-gather" for c, _ in found):
+        raise Wrong(f"right layout, but the compiled program holds {build.summary(found)}: it "
+                    "goes through a gathered copy, more bytes than moving one block.",
+                    "Go to the target layout in one step.")
+    if [(c.kind, c.bytes, axes) for c, axes in found] != [("all-to-all", block, ("Y",))]:
+        raise Wrong(f"right layout, but the compiled program holds {build.summary(found)}; one "
+                    f"all-to-all of one {block}-byte block along Y suffices.",
+                    "Go to the target layout in one step.")
+    return (f"Typed {spec}, with one all-to-all of {block} bytes along Y: the columns' split "
+            "moved onto the rows.")
 
 
 @checker("Notation for a block")

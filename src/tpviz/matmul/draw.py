@@ -20,6 +20,7 @@ def _wrap(line: str, width: int = 95) -> str:
 def figure(p, *, system=None) -> Figure:
     """``In · W1 = Out`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
     of each operand, who computes which block of Out, and (below) what moves between devices."""
+    system = None if system is None else cost.system(system)
     fig = column_figure(4.4)  # a fixed layout: constrained layout would double the time
     axes = fig.subplots(1, 3, width_ratios=[p.x_shape[1], p.w_shape[1], p.w_shape[1]],
                         gridspec_kw={"left": 0.06, "right": 0.98, "top": 0.7, "bottom": 0.08,

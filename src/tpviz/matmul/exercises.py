@@ -7,7 +7,7 @@ import math
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tpviz.core import compiled, cost, layout
+from tpviz.core import build, compiled, cost, layout
 from tpviz.core.collectives import Collective
 from tpviz.core.exercises import (
     NotAttempted,
@@ -18,6 +18,7 @@ from tpviz.core.exercises import (
     expect_array,
     expect_number,
     is_stub,
+    mesh_1d,
 )
 from tpviz.errors import ShardingError, TpvizError
 from tpviz.matmul.plan import plan
@@ -25,7 +26,8 @@ from tpviz.matmul.plan import plan
 MESH = {"X": 2, "Y": 4}
 # Which case of the chapter applies? (In sharding, W1 sharding) on the mesh {X: 2, Y: 4}
 CASES = {"a": ("In[B_X, D]", "W1[D, F_Y]"), "b": ("In[B, D_Y]", "W1[D, F]"),
-         "c": ("In[B_X, D_Y]", "W1[D_Y, F]"), "d": ("In[B_X, D]", "W1[D, F_X]")}
+         "c": ("In[B_X, D_Y]", "W1[D_Y, F]"), "d": ("In[B_X, D]", "W1[D, F_X]"),
+         "e": ("In[B_Y, D]", "W1[D_Y, F]"), "f": ("In[B_X, D_Y]", "W1[D, F_Y]")}
 
 
 def _case(x: str, w: str) -> int:
@@ -99,17 +101,48 @@ def check_all_gather_bytes(answer) -> str:
 
 @checker("Which case applies")
 def check_cases(answers) -> str:
-    """A dict from the keys of ``CASES`` to 1, 2, 3 or 4."""
+    """A dict from the keys of ``CASES`` to 1, 2, 3 or 4. The message never says which key is
+    wrong (that would let six tries of each key find the answer)."""
     if not isinstance(answers, dict) or set(answers) != set(CASES):
         raise Wrong(f"give a dict with the keys {sorted(CASES)}, e.g. {{'a': 1, ...}}.")
-    wrong = [k for k, (x, w) in CASES.items() if answers[k] != _case(x, w)]
-    if wrong:
-        k = wrong[0]
-        raise Wrong(f"{len(wrong)} of 4 wrong, e.g. ({k}) {CASES[k][0]} · {CASES[k][1]} is "
-                    f"not case {answers[k]}.",
-                    "Look at D first: sharded in neither, one, or both operands? Then: do B and F "
-                    "share a mesh axis?")
-    return "All four right."
+    if any(answers[k] not in (1, 2, 3, 4) for k in CASES):
+        raise Wrong("each answer is one of the case numbers 1, 2, 3 or 4.")
+    if any(answers[k] != _case(x, w) for k, (x, w) in CASES.items()):
+        raise Wrong("not all of them are right (the check does not say which).",
+                    "For each product look at D first: sharded in neither, one, or both "
+                    "operands? Then: do B and F share a mesh axis? And if D's axis shards a "
+                    "non-contracting dimension of the other operand, which one must move?")
+    return f"All {len(CASES)} right."
+
+
+@checker("FSDP's matmul: case 2")
+def check_fsdp_matmul(fn) -> str:
+    """``fn(x_rows, w_rows)`` per device on 8 devices along "X": In[B_X, D] · W1[D_X, F] →
+    Out[B_X, F]. The compiled program should hold one all-gather of W1 along D, nothing else."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, 32), dtype=np.float32)
+    w = rng.standard_normal((32, 24), dtype=np.float32)
+    mesh = mesh_1d(8, "X")
+    rows = PartitionSpec("X", None)
+    ran = build.run(fn, mesh, (rows, rows), rows, x, w,
+                    what="your per-device matmul")
+    hint = ("Each device has its own rows of In but only 1/8 of the rows of W1 (of D). Which "
+            "operand must it complete before multiplying, and along which dimension?")
+    expect_array(ran.out, x @ w, what="the result", rtol=1e-4, atol=1e-3, hint=hint)
+    found = build.moving(ran.program, mesh)
+    gathers = [c for c, _ in found if c.kind == "all-gather"]
+    if any(c.full_bytes == x.nbytes for c in gathers):
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}: it "
+                    "gathers In as well, though each device already holds all it needs of "
+                    "In (its own rows, all of D); only the operand split along D must move.", hint)
+    if build.kinds(found) != {"all-gather": 1}:
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; "
+                    "case 2 needs exactly one all-gather.", hint)
+    if gathers[0].full_bytes != w.nbytes:
+        raise Wrong(f"right values, but the all-gather moves {gathers[0].full_bytes:,} bytes, "
+                    f"not W1's {w.nbytes:,}.", hint)
+    return (f"One all-gather of W1 ({w.nbytes:,} bytes) along X: the case 2 that FSDP runs for "
+            "every layer.")
 
 
 @checker("Where latency and bandwidth cost the same")

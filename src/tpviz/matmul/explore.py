@@ -22,7 +22,7 @@ def render_matmul(mesh: str, x: str, w: str, b: int, d: int, f: int, system: str
     collectives."""
     p = plan((b, d), (d, f), parse(x).spec, parse(w).spec, MESHES[mesh],
                     dtype="bf16", reduce_scatter=reduce_scatter)
-    fig = figure(p, system=cost.SYSTEMS[system])
+    fig = figure(p, system=cost.system(system))
     if show_compiled:
         m = make_mesh(tuple(MESHES[mesh].values()), tuple(MESHES[mesh]))
         found = compiled.collectives(explicit(p, m), jnp.zeros((b, d), jnp.bfloat16),
@@ -58,7 +58,8 @@ CASES = {"X[B_X, D_Y] · W[D_Y, F]": ("X[B_X, D_Y]", "W[D_Y, F]"),
          "X[B_X, D] · W[D, F_Y]": ("X[B_X, D]", "W[D, F_Y]"),
          "X[B_X, D_Y] · W[D, F_Y]": ("X[B_X, D_Y]", "W[D, F_Y]"),
          "X[B, D_X] · W[D_X, F_Y]": ("X[B, D_X]", "W[D_X, F_Y]"),
-         "X[B_X, D_Y] · W[D_Y, F] (gather)": ("X[B_X, D_Y]", "W[D, F]")}
+         "X[B_X, D_Y] · W[D_Y, F] (gather)": ("X[B_X, D_Y]", "W[D, F]"),
+         "X[B_X, D] · W[D_X, F] (FSDP)": ("X[B_X, D]", "W[D_X, F]")}
 
 
 def matmul_rows(shardings: str, b: int, d: int, f: int, system: str, reduce_scatter: bool,
@@ -68,7 +69,7 @@ def matmul_rows(shardings: str, b: int, d: int, f: int, system: str, reduce_scat
     x, w = CASES[shardings]
     p = plan((b, d), (d, f), parse(x).spec, parse(w).spec, MESHES[mesh], dtype="bf16",
              reduce_scatter=reduce_scatter)
-    e = cost.estimate(p.flops, p.collectives, cost.SYSTEMS[system])
+    e = cost.estimate(p.flops, p.collectives, cost.system(system))
     moves = [f"{c.kind} over {c.group_size} devices: {c.bytes:,} bytes per device"
              for c in p.collectives] or ["no communication"]
     return bar_rows([("compute", e.compute_s * 1e6, f"{e.compute_s * 1e6:,.3g} µs"),

@@ -3,7 +3,8 @@
 The four cases of the Scaling Book (D is the contracting dimension):
 
 1. neither operand is sharded along D: each device multiplies its blocks, no communication;
-2. one operand is sharded along D: all-gather it along D first, then multiply locally;
+2. one operand is sharded along D: all-gather it along D first, then multiply locally (also
+   when the same mesh axis shards the other operand's B or F, as FSDP's In[B_X, D]·W1[D_X, F]);
 3. both are sharded along D (over the same mesh axes): each device computes a partial sum
    ``Out[B, F]{U_axes}``, then an all-reduce adds them (or a reduce-scatter, leaving Out
    sharded);
@@ -119,11 +120,8 @@ def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
             f"D is sharded over {dx} in In but over {dw} in W1, so the blocks do not line up. "
             "Shard D over the same axes in both, or gather one of them."
         )
-    if set(dx) & set(fw) or set(dw) & set(bx):
-        raise ShardingError(
-            "a mesh axis shards D in one operand and a non-contracting dimension in the other; "
-            "gather that operand along D first."
-        )
+    # A mesh axis that shards D in one operand and B or F in the other (FSDP's In[B_X, D] ·
+    # W1[D_X, F]) is case 2: that operand is gathered along D, then each device multiplies.
     size = layout.dtype_size(dtype)
     (b, d), f = x_shape, w_shape[1]
     nb, nf = _size(mesh_shape, bx), _size(mesh_shape, fw)

@@ -7,12 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import compiled, cost
+from tpviz.core import build, cost
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
     as_number,
-    call,
     checker,
     expect_array,
     expect_number,
@@ -38,19 +37,26 @@ def _loss(x, target, a, b, f, g):
     return jnp.mean((g(jax.nn.gelu(f(x) @ a) @ b) - target) ** 2)
 
 
-@checker("The conjugate operators f and g")
-def check_conjugates(f, g) -> str:
-    """``f(x)`` and ``g(x)`` for the mesh axis "model", used in a Megatron MLP whose loss and
-    gradients are computed per device inside ``shard_map(check_vma=False)``."""
-    x, target, a, b = _data()
-    mesh = mesh_1d(DEVICES, AXIS)
-
+def _mlp_step(f, g):
     def per_device(x, target, a, b):
         return jax.value_and_grad(_loss, argnums=(0, 2, 3))(x, target, a, b, f, g)
 
-    step = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(None, AXIS), P(AXIS, None)),
+    return jax.shard_map(per_device, mesh=mesh_1d(DEVICES, AXIS),
+                         in_specs=(P(), P(), P(None, AXIS), P(AXIS, None)),
                          out_specs=(P(), (P(), P(None, AXIS), P(AXIS, None))), check_vma=False)
-    loss, (gx, ga, gb) = call(step, x, target, a, b, what="the MLP built with your f and g")
+
+
+@checker("The conjugate operators f and g")
+def check_conjugates(f, g) -> str:
+    """``f(x)`` and ``g(x)`` for the mesh axis "model", used in a Megatron MLP whose loss and
+    gradients are computed per device inside ``shard_map(check_vma=False)``: values against one
+    device, then the all-reduces of the compiled training step (exactly two of [T, H])."""
+    x, target, a, b = _data()
+    if not (callable(f) and callable(g)):
+        raise Wrong("f and g should both be functions.", "Define them with @jax.custom_vjp.")
+    ran = build.run(_mlp_step(f, g), None, None, None, x, target, a, b,
+                    what="the MLP built with your f and g")
+    loss, (gx, ga, gb) = ran.out
     ref_loss, (rx, ra, rb) = jax.value_and_grad(_loss, argnums=(0, 2, 3))(
         x, target, a, b, lambda v: v, lambda v: v)
     hint = ("Go through the table of f and g direction by direction: which of the four "
@@ -67,29 +73,79 @@ def check_conjugates(f, g) -> str:
     expect_array(gx, rx, what="the gradient of In", rtol=1e-4, atol=1e-5,
                  hint="Each device holds only its part of the gradient of In: f's backward must "
                       "all-reduce it.")
-    kinds = compiled.collectives(step, x, target, a, b).kinds()
-    return f"Loss and gradients exact, with {kinds['all-reduce']} all-reduces per step."
+    found = build.moving(ran.program)
+    counts = build.kinds(found)
+    tokens_hidden = x.size * x.dtype.itemsize  # one [T, H] float32 array
+    if counts.get("all-reduce", 0) > 2:
+        raise Wrong(f"right values, but the compiled step holds {counts['all-reduce']} "
+                    "all-reduces instead of 2: an extra all-reduce in the backward (a gradient "
+                    "every device already holds is summed, then scaled back).",
+                    "A backward that is already whole needs no communication at all.")
+    others = {k: v for k, v in counts.items() if k != "all-reduce"}
+    if others or counts.get("all-reduce", 0) != 2:
+        raise Wrong(f"right values, but the compiled step holds {build.summary(found)}; "
+                    "Megatron's needs exactly 2 all-reduces (g forward, f backward).", hint)
+    sizes = sorted(c.bytes for c, _ in found)
+    if sizes != [tokens_hidden, tokens_hidden]:
+        raise Wrong(f"right values, but the all-reduces move {sizes} bytes; each should be one "
+                    f"[T, H] activation of {tokens_hidden:,} bytes.", hint)
+    return f"Loss and gradients exact, with 2 all-reduces of {tokens_hidden:,} bytes per step."
 
 
 @checker("Row-parallel linear layer")
 def check_row_parallel(fn) -> str:
-    """``fn(h_block, w_block)`` per device: tmp[T, F/N] @ w2[F/N, H], summed over the devices."""
+    """``fn(h_block, w_block)`` per device: tmp[T, F/N] @ w2[F/N, H], summed over the devices;
+    one all-reduce of the [T, H] output in the compiled program."""
     x, _, a, b = _data(1)
     h = np.asarray(jax.nn.gelu(x @ a))
-    program = jax.shard_map(fn, mesh=mesh_1d(DEVICES, AXIS),
-                            in_specs=(P(None, AXIS), P(AXIS, None)), out_specs=P(),
-                            check_vma=False)
     hint = "Each device's product is a partial sum: which collective adds them over 'model'?"
-    y = call(program, h, b, what="your row-parallel layer")
+    ran = build.run(fn, mesh_1d(DEVICES, AXIS), (P(None, AXIS), P(AXIS, None)), P(), h, b,
+                    what="your row-parallel layer")
+    y = ran.out
     if y.shape == (8, 16) and np.allclose(y, h[:, :8] @ b[:8], rtol=1e-4, atol=1e-5):
         raise Wrong("the result is one device's partial sum: the other devices' parts are missing.",
                     hint)
     expect_array(y, h @ b, what="the result", rtol=1e-4, atol=1e-4, hint=hint)
-    kinds = dict(compiled.collectives(program, h, b).kinds())
-    if kinds != {"all-reduce": 1}:
-        raise Wrong(f"the compiled program holds {kinds}; a row-parallel layer needs exactly one "
-                    "all-reduce.", hint)
+    found = build.moving(ran.program)
+    if build.kinds(found) != {"all-reduce": 1}:
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; a "
+                    "row-parallel layer needs exactly one all-reduce of its output.", hint)
+    if found[0][0].bytes != y.nbytes:
+        raise Wrong(f"right values, but the all-reduce moves {found[0][0].bytes:,} bytes, not "
+                    f"the [T, H] output's {y.nbytes:,}: reduce the product, not its inputs.",
+                    hint)
     return "One all-reduce of the [T, H] output: the g of Megatron."
+
+
+@checker("Sequence-parallel MLP")
+def check_sequence_parallel(fn) -> str:
+    """``fn(x, w1, w2)`` per device: x is this device's [T/N, H] slice of the tokens, w1 its
+    columns [H, F/N], w2 its rows [F/N, H]; returns its [T/N, H] slice of GeLU(x W1) W2. The
+    compiled forward holds one all-gather of x and one reduce-scatter of the output."""
+    x, _, a, b = _data(2)
+    t, hidden = x.shape
+    ran = build.run(fn, mesh_1d(DEVICES, AXIS), (P(AXIS, None), P(None, AXIS), P(AXIS, None)),
+                    P(AXIS, None), x, a, b, what="your sequence-parallel MLP")
+    hint = ("Before the column-parallel matmul each device needs all the tokens; after the "
+            "row-parallel one it needs the sum for its own tokens only.")
+    expect_array(ran.out, jax.nn.gelu(x @ a) @ b, what="the output", rtol=1e-4, atol=1e-4,
+                 hint=hint)
+    found = build.moving(ran.program)
+    counts = build.kinds(found)
+    full = t * hidden * x.dtype.itemsize  # one whole [T, H] activation
+    if counts.get("all-reduce"):
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}: an "
+                    "all-reduce sends twice the bytes of the reduce-scatter the plan needs.",
+                    hint)
+    if any(c.kind == "all-gather" and c.full_bytes != full for c, _ in found):
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}: it "
+                    "gathers something other than the [T, H] activations (the weights stay "
+                    "split in tensor parallelism).", hint)
+    if counts != {"all-gather": 1, "reduce-scatter": 1}:
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; "
+                    "the plan is one all-gather and one reduce-scatter.", hint)
+    return (f"One all-gather and one reduce-scatter of {full:,} bytes: the same bytes as "
+            "Megatron's all-reduce, with the activations outside the block split by N.")
 
 
 @checker("All-reduces per training step")

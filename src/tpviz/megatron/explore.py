@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from tpviz.core import validate
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.megatron.draw import mlp
@@ -13,6 +14,8 @@ from tpviz.megatron.plan import plan
 def render_megatron(devices: int, hidden: int, ffn_ratio: int, heads: int, tokens: int,
                     dtype: str) -> Figure:
     """The figure ``explore_megatron`` shows: the sharded MLP and the block's budget."""
+    hidden = validate.integer("hidden", hidden)
+    ffn_ratio = validate.integer("ffn_ratio", ffn_ratio)
     p = plan(tokens, hidden, ffn_ratio * hidden, heads, devices, dtype)
     mb = 2**20
     return mlp(p, footer=(
@@ -65,7 +68,7 @@ LIVE = LiveFigure(
     controls={"devices": Grid([1, 2, 4, 8, 16], "devices N", start=4),
               "hidden": Grid([512, 1024, 2048, 4096, 8192], "hidden H", start=1024),
               "ffn_ratio": Grid([2, 4, 8], "F / H", start=4),
-              "heads": Grid([16, 32], "heads"),
+              "heads": Grid([12, 16, 32], "heads", start=16),
               "tokens": Grid([512, 2048, 8192], "tokens (batch × seq)", start=2048),
               "dtype": Grid(["bf16", "float32"], "dtype")},
     rows=megatron_rows, chart=lambda base: words_and_bars(base, "MiB"))

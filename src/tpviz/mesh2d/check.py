@@ -33,7 +33,7 @@ class Check:
     gspmd_train: Collectives
     max_error: float  # largest relative error of outputs and gradients (all programs)
     weight_bytes: int  # per device, measured on the weight shards
-    activation_bytes: int  # per device, X' and A measured on the arrays
+    activation_bytes: int  # per device: X' and A, from their measured shapes × itemsize
 
 
 def axis_of(c: Collective, mesh) -> str:

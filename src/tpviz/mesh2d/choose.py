@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from tpviz.core import cost, layout
+from tpviz.core import cost, layout, validate
 from tpviz.core import hardware as hw
 from tpviz.core.collectives import Collective
 from tpviz.errors import ShardingError
@@ -61,8 +61,15 @@ def mesh_2d(batch: int, h1: int, h2: int, mesh, dtype="float32") -> Scheme:
                   tuple(p.collectives(True)))
 
 
+MAX_DEVICES = 1 << 20  # meshes() tries every data-axis size up to it
+
+
 def meshes(batch: int, h1: int, h2: int, devices: int) -> list[tuple[int, int]]:
     """Every ``(data, model)`` shape of ``devices`` devices that divides the sizes."""
+    batch, h1, h2 = (validate.integer(n, v) for n, v in (("batch", batch), ("h1", h1),
+                                                          ("h2", h2)))
+    devices = validate.integer("devices", devices, maximum=MAX_DEVICES,
+                               fix="The search tries every divisor of it.")
     out = []
     for d in range(1, devices + 1):
         if devices % d == 0:
@@ -102,6 +109,7 @@ def per_node(system: cost.System, mesh: dict[str, int], axis: str) -> int | None
 def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> float:
     """The bandwidth term's W of one mesh axis, as :mod:`tpviz.core.hardware` prices it: for a
     group inside one node its NVLink, for one across nodes the NICs of its devices in a node."""
+    system = cost.system(system)
     n = mesh[axis]
     c = Collective("all-gather", 1 << 30, n)
     price = system.price(c, per_node(system, mesh, axis))
@@ -113,6 +121,7 @@ def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estim
     :mod:`tpviz.core.hardware` on its axis. The two axes use different links (torus axes; NVLink
     and NICs), so their communication overlaps: the step waits for the slower axis, as the
     Scaling Book assumes for mixed FSDP + tensor parallelism."""
+    system = cost.system(system)
     per_axis = {DATA: 0.0, MODEL: 0.0}
     for c in p.collectives(training):
         axis = c.axes[0]
@@ -124,6 +133,7 @@ def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.Syste
               dtype="bf16") -> tuple[int, int]:
     """The ``(data, model)`` shape with the least communication per training step: the fewest
     bytes sent per device, or with ``system``, the shortest communication time."""
+    system = None if system is None else cost.system(system)
     shapes = meshes(batch, h1, h2, devices)
     if not shapes:
         raise ShardingError(f"no (data, model) mesh of {devices} devices divides B = {batch}, "
@@ -145,4 +155,5 @@ def smallest_batch_per_device(h2: int, system: cost.System, axes_x: int = 1,
     bandwidth of one device over an axis and M_X, M_Y the torus axes of the data and model axes
     (:func:`tpviz.core.hardware.mixed_batch`, where the derivation is; the Scaling Book writes C
     and α = C / W). It assumes the two axes' communication overlaps (:func:`step_time`)."""
+    system = cost.system(system)
     return hw.mixed_batch(system.flops, system.bandwidth, h2, axes_x, axes_y)

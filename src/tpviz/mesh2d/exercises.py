@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import compiled, cost
+from tpviz.core import build, compiled, cost
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
@@ -20,11 +20,14 @@ from tpviz.core.exercises import (
 )
 from tpviz.devices import make_mesh
 from tpviz.mesh2d import choose, run
-from tpviz.mesh2d.check import found
+from tpviz.mesh2d.check import found, predicted
 from tpviz.mesh2d.plan import DATA, MODEL, plan
 
-SIZES = {"batch": 16, "h1": 8, "h2": 32}
+SIZES = {"batch": 16, "h1": 8, "h2": 32}  # the chapter's MLP (the final reduce-scatter)
 MESH = (4, 2)
+STEP_SIZES = {"batch": 24, "h1": 16, "h2": 48}  # Exercise 6.1: not the chapter's table
+STEP_MESH = (2, 4)
+BUILD_MESH = (2, 4)  # Exercise 6.6: the whole MLP, on the other 2D shape
 # the arrays the learner describes -> the step of the plan that produces them
 STEPS = {"x_gathered": 1, "w1_gathered": 2, "h": 3, "w2_gathered": 5, "y_partial": 6, "y": 7}
 
@@ -40,11 +43,11 @@ def _spec(value, name: str) -> P:
 
 @checker("Shardings step by step")
 def check_step_shardings(answer: dict) -> str:
-    """``answer[name] = (spec, per-device shape)`` for each array in ``STEPS`` (B = 16, H₁ = 8,
-    H₂ = 32 on a data=4 × model=2 mesh); partial sums: the spec of the summed-over layout."""
+    """``answer[name] = (spec, per-device shape)`` for each array in ``STEPS`` (B = 24, H₁ = 16,
+    H₂ = 48 on a data=2 × model=4 mesh); partial sums: the spec of the summed-over layout."""
     if not isinstance(answer, dict):
         raise Wrong(f"the answer should be a dict, but it is a {type(answer).__name__}.")
-    p = plan(SIZES["batch"], SIZES["h1"], SIZES["h2"], MESH)
+    p = plan(STEP_SIZES["batch"], STEP_SIZES["h1"], STEP_SIZES["h2"], STEP_MESH)
     missing = [k for k in STEPS if k not in answer or is_stub(answer[k])]
     if answer and all(is_stub(v) for v in answer.values()):
         raise NotAttempted
@@ -70,38 +73,50 @@ def check_step_shardings(answer: dict) -> str:
         if tuple(shape) != want.local:
             raise Wrong(f"the per-device shape of {name} is {tuple(shape)}, which is not right.",
                         f"Divide each dimension of the global shape {want.shape} by the sizes of "
-                        "the mesh axes that split it (data = 4, model = 2).")
+                        "the mesh axes that split it (data = 2, model = 4).")
     return "Every array's sharding and per-device shape match the step table."
+
+
+# Cases away from ties (the best shape sends >= 8 % less than the next), chosen so that each
+# plausible wrong cost model picks another shape or reports other bytes: weights at 1/2 or 1.5 x
+# (cases 2, 3), no (N-1)/N factors (same shape, other bytes), rounding sqrt(B N / H2) to a shape
+# without checking that it divides the sizes (case 4).
+BEST_CASES = [(32768, 4096, 16384, 8), (96, 1024, 512, 8), (600, 1024, 512, 8),
+              (3000, 1024, 512, 32), (1 << 19, 8192, 32768, 256), (512, 8192, 32768, 64)]
 
 
 @checker("Best mesh shape")
 def check_best_mesh(fn) -> str:
-    """``fn(batch, h1, h2, devices) -> (data, model)``: the mesh shape with the fewest bytes
-    sent per device per training step."""
-    cases = [(16384, 4096, 16384, 8), (64, 4096, 16384, 8), (1 << 20, 8192, 32768, 256),
-             (8192, 1024, 4096, 64), (512, 8192, 32768, 64)]
-    for batch, h1, h2, n in cases:
+    """``fn(batch, h1, h2, devices) -> ((data, model), bytes)``: the mesh shape with the fewest
+    bytes sent per device per training step (bf16, ring algorithms), and those bytes."""
+    for batch, h1, h2, n in BEST_CASES:
         got = call(fn, batch, h1, h2, n, what="your function")
         where = f"for B = {batch:,}, H₁ = {h1:,}, H₂ = {h2:,} on {n} devices"
         try:
-            d, m = got
+            (d, m), sent_answer = got
             d, m = as_integer(d, "the data axis size"), as_integer(m, "the model axis size")
-        except (TypeError, ValueError):
-            raise Wrong(f"{where} it returned {got!r}; return a pair (data, model).") from None
+            sent_answer = as_number(sent_answer, "the bytes")
+        except (TypeError, ValueError, Wrong):
+            raise Wrong(f"{where} it returned {got!r}; return ((data, model), bytes).") from None
         if d * m != n:
             raise Wrong(f"{where} it returned ({d}, {m}), which uses {d * m} devices, not {n}.")
         if (d, m) not in choose.meshes(batch, h1, h2, n):
-            raise Wrong(f"{where} it returned ({d}, {m}), which does not divide the sizes.")
+            raise Wrong(f"{where} it returned ({d}, {m}), which does not divide the sizes.",
+                        "A shape is allowed only if each size it splits divides evenly: B and "
+                        "H₁ over data, H₁ and H₂ over model.")
         fewest = plan(batch, h1, h2, choose.best_mesh(batch, h1, h2, n, dtype="bf16"),
-                             "bf16").sent()
+                      "bf16").sent()
         sent = plan(batch, h1, h2, (d, m), "bf16").sent()
+        hint = ("Count each collective of the step table, forward and backward, with the ring's "
+                "(N-1)/N, for both the activations and the weights.")
         if sent > fewest * (1 + 1e-9):
-            raise Wrong(f"{where} it returned ({d}, {m}), whose devices each send "
-                        f"{sent / 2**20:,.1f} MiB per step; another shape sends only "
-                        f"{fewest / 2**20:,.1f} MiB.",
-                        "Try every (d, n // d) that divides the sizes and keep the one with the "
-                        "fewest bytes: activations cost ∝ B·H₁/d, weights ∝ H₁·H₂/m.")
-    return "Right for all five cases: big batches favour the data axis, big weights the model axis."
+            raise Wrong(f"{where} it returned ({d}, {m}), but another shape sends fewer bytes.",
+                        hint)
+        if not np.isclose(sent_answer, sent, rtol=1e-6):
+            raise Wrong(f"{where} the shape is right, but {sent_answer:,.0f} bytes is not what "
+                        "each device sends.", hint)
+    return (f"Right for all {len(BEST_CASES)} cases: big batches favour the data axis, big "
+            "weights the model axis.")
 
 
 @checker("The final reduce-scatter")
@@ -119,8 +134,8 @@ def check_final_reduce_scatter(fn) -> str:
     program = run.forward(mesh, final=fn)
     args = run.place(mesh, x, w1, w2)
     y = call(program, *args, what="the 2D MLP with your last step")
-    hint = ("jax.lax.psum_scatter(partial, 'model', scatter_dimension=1, tiled=True): add over "
-            "the model axis and keep this device's slice of the columns.")
+    hint = ("One collective both adds the partial sums over the model axis and leaves each "
+            "device its slice of the columns, as X was split.")
     expect_array(y, np.asarray(run.reference(x, w1, w2)), what="the MLP's output", rtol=1e-4,
                  hint=hint)
     held = found(compiled.collectives(program, *args), mesh)
@@ -131,6 +146,45 @@ def check_final_reduce_scatter(fn) -> str:
                     "than a reduce-scatter moves.", hint)
     return (f"Y is sharded like X, and the compiled program ends with one reduce-scatter of "
             f"{p.steps[-1].bytes} bytes per device over model.")
+
+
+@checker("The 2D MLP, by hand")
+def check_mlp2d(fn) -> str:
+    """``fn(x, w1, w2)`` per device on a data=2 × model=4 mesh, with X[B_data, H₁_model],
+    W₁[H₁_data, H₂_model], W₂[H₂_model, H₁_data]: returns Y sharded like X. The compiled
+    program must hold exactly the plan's collectives (kind, axis, bytes)."""
+    rng = np.random.default_rng(4)
+    b, h1, h2 = SIZES["batch"], SIZES["h1"], SIZES["h2"]
+    x = rng.standard_normal((b, h1), dtype=np.float32)
+    w1 = (rng.standard_normal((h1, h2)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((h2, h1)) / 6).astype(np.float32)
+    mesh = make_mesh(BUILD_MESH, (DATA, MODEL))
+    ran = build.run(fn, mesh, run.IN_SPECS, run.OUT_SPEC, x, w1, w2,
+                    what="your 2D MLP")
+    hint = ("Follow the seven steps: which arrays must be completed along which axis before "
+            "each matmul, and what makes the partial sums whole again?")
+    expect_array(ran.out, np.asarray(run.reference(x, w1, w2)), what="the MLP's output",
+                 rtol=1e-4, atol=1e-4, hint=hint)
+    got = found(compiled.collectives(ran.program), mesh)
+    want = predicted(plan(b, h1, h2, BUILD_MESH))
+    seen = build.summary(build.moving(ran.program, mesh))
+    if any(axis not in (DATA, MODEL) for _, axis, _ in got):
+        raise Wrong(f"right values, but the compiled program holds {seen}: a collective over "
+                    "the whole mesh gathers more than a device needs.", hint)
+    if any(k == "all-reduce" for k, _, _ in got):
+        raise Wrong(f"right values, but the compiled program holds {seen}: an all-reduce sends "
+                    "twice the bytes of a reduce-scatter and leaves every device the whole sum.",
+                    hint)
+    if sorted(k for k, a, _ in got if a == DATA) != sorted(k for k, a, _ in want if a == DATA):
+        raise Wrong(f"right values, but along 'data' the compiled program holds {seen}; the "
+                    "weights are what moves along data, once each.", hint)
+    if got != want:
+        more = sum(n for *_, n in got) > sum(n for *_, n in want)
+        raise Wrong(f"right values, but the compiled program holds {seen}"
+                    + (": more bytes than the step table." if more else
+                       ", which is not the step table's set of collectives."), hint)
+    return (f"Y exact, and the compiled program holds the step table's {len(want)} collectives "
+            "with their axes and bytes.")
 
 
 # --- numbers and a design problem ----------------------------------------------------------------

@@ -22,7 +22,7 @@ def render_mesh2d(devices: int, data: int, batch: int, h1: int, h2_ratio: int, s
                          "devices / data of them. Choose a divisor.")
     h2 = h2_ratio * h1
     p = plan(batch, h1, h2, (data, devices // data), dtype)
-    chosen = cost.SYSTEMS[system]
+    chosen = cost.system(system)
     t = step_time(p, chosen)
     best = best_mesh(batch, h1, h2, devices, chosen, dtype)
     schemes = [s for s in compare(batch, h1, h2, devices, dtype)
@@ -68,7 +68,7 @@ def mesh2d_rows(devices: int, data: int, batch: int, h1: int, h2_ratio: int, sys
     device of data parallelism, 1D Megatron, this mesh and the best one; the step time."""
     if devices % data:
         raise ShardingError(f"data = {data} does not divide {devices} devices.")
-    h2, chosen = h2_ratio * h1, cost.SYSTEMS[system]
+    h2, chosen = h2_ratio * h1, cost.system(system)
     p = plan(batch, h1, h2, (data, devices // data), dtype)
     t, best = step_time(p, chosen), best_mesh(batch, h1, h2, devices, chosen, dtype)
     mib, items = 2**20, []

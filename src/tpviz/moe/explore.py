@@ -6,6 +6,7 @@ from matplotlib.figure import Figure
 
 from tpviz.core.collectives import html_table
 from tpviz.core.cost import SYSTEMS
+from tpviz.core.cost import system as system_named
 from tpviz.core.figures import palette
 from tpviz.core.layout import dtype_size
 from tpviz.core.live import Grid, LiveFigure, notes
@@ -23,12 +24,13 @@ def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
     a synthetic router (:func:`tpviz.moe.plan.skewed_logits`) on ``tokens`` tokens."""
     system = choice("system", system, SYSTEMS)
     skew = number("skew", skew)
+    logits = skewed_logits(tokens, experts, skew)  # refuses a size beyond its limit at once
     p = plan(tokens, experts, top_k, capacity_factor, devices, hidden, ffn, dtype)
-    r = route(skewed_logits(tokens, experts, skew), top_k, capacity_factor, devices)
-    estimate = p.time(SYSTEMS[system])
+    r = route(logits, top_k, capacity_factor, devices)
+    estimate = p.time(system_named(system))
     a2a, tp = p.collectives(), p.tensor_parallel_collectives()
     mib, size = 2**20, dtype_size(dtype)
-    node = SYSTEMS[system].node
+    node = system_named(system).node
     links = (f" (the group spans {devices // node} nodes of {node})" if node and devices > node
              else "")
     rows = [("capacity C per expert and group", f"{p.capacity:,} (groups of {p.group_tokens:,}"
@@ -84,7 +86,7 @@ def moe_rows(experts: int, top_k: int, capacity_factor: float, skew: float, devi
 
     p = plan(tokens, experts, top_k, capacity_factor, devices, hidden, ffn, dtype)
     r = route(skewed_logits(tokens, experts, skew), top_k, capacity_factor, devices)
-    estimate, mib = p.time(SYSTEMS[system]), 2**20
+    estimate, mib = p.time(system_named(system)), 2**20
     colours = [to_hex(c) for c in palette(devices) for _ in range(experts // devices)]
     routed, kept = r.load(), r.kept()
     rows = [{"expert": e, "part": part, "n": int(n), "colour": colour}

@@ -201,7 +201,14 @@ def aux_loss(probs: np.ndarray, experts: np.ndarray, weight: float = 0.01) -> fl
 def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: int = 0) -> np.ndarray:
     """A synthetic router's logits: noise plus ``skew`` times a preference that falls linearly
     from expert 0 to expert E-1 (skew 0: balanced on average)."""
-    return _noise(tokens, experts, seed) + skew * np.linspace(1, -1, experts)
+    tokens, experts = check.integer("tokens", tokens), check.integer("experts", experts)
+    check.bounded("tokens × experts (the router's logits, 8 bytes each)", tokens * experts,
+                  MAX_LOGITS, "Route fewer tokens (a sample of 4096 shows the same load).")
+    return _noise(tokens, experts, seed) + check.number("skew", skew) * np.linspace(
+        1, -1, experts)
+
+
+MAX_LOGITS = 2**24  # 128 MiB of float64 logits
 
 
 @functools.lru_cache(maxsize=16)

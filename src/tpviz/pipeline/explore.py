@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
 from tpviz.core.figures import palette, text_colour
-from tpviz.core.live import FONT, Grid, LiveFigure
+from tpviz.core.live import FONT, OUTLINE, PLOT_PX, Grid, LiveFigure, notes
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.pipeline.draw import gantt
 from tpviz.pipeline.plan import NAMES, schedule
@@ -62,12 +64,14 @@ def gantt_rows(name: str, stages: int, microbatches: int, chunks: int,
     shades = {"F": base, "B": base + (1 - base) * 0.55, "W": base * 0.6}
     shades["BW"] = shades["B"]
     rows = [{"device": f"D{d}", "start": s, "end": e, "label": f"{op.kind}{op.microbatch}",
-             "colour": to_hex(shades[op.kind][op.microbatch]),
+             "colour": to_hex(shades[op.kind][op.microbatch]), "span": t.makespan,
              "ink": text_colour(shades[op.kind][op.microbatch])}
             for d in range(stages) for op, s, e in t.spans(d)]
     expected, formula = bubble_formula(name, stages, microbatches, v, 1.0, backward_ratio)
-    rows.append({"note": f"{name}: bubble {t.bubble_fraction:.1%} (grey), formula {formula} = "
-                 f"{expected:.1%}; peak activations: first device {t.peak_activations[0]}, "
+    by_formula = (f"formula {formula} = {expected:.1%}" if math.isfinite(expected) else
+                  formula.strip("()"))
+    rows.append({"note": f"{name}: bubble {t.bubble_fraction:.1%} (grey), {by_formula}; "
+                 f"peak activations: first device {t.peak_activations[0]}, "
                  f"last {t.peak_activations[-1]}"})
     return rows
 
@@ -78,17 +82,18 @@ def gantt_chart(base):
 
     ops = base.transform_filter("isValid(datum.device)")
     y = alt.Y("device:N", sort=None, title=None)
-    boxes = ops.mark_bar(stroke="white", strokeWidth=0.5).encode(
+    boxes = ops.mark_bar(stroke=OUTLINE, strokeWidth=0.5).encode(
         x=alt.X("start:Q", title="time (one forward through a stage = 1)"), x2="end:Q", y=y,
         color=alt.Color("colour:N", scale=None), tooltip=["label:N", "start:Q", "end:Q"])
+    # a label only where its box is wide enough at the width the chart is drawn (PLOT_PX)
     text = ops.transform_calculate(mid="(datum.start + datum.end) / 2").mark_text(
-        fontSize=FONT - 2).encode(x="mid:Q", y=y, text="label:N",
-                                  color=alt.Color("ink:N", scale=None))
-    note = base.transform_filter("isValid(datum.note)").mark_text(
-        align="left", fontSize=FONT).encode(text="note:N", x=alt.value(0))
+        fontSize=FONT - 1).encode(
+        x="mid:Q", y=y, text="label:N", color=alt.Color("ink:N", scale=None),
+        opacity=alt.condition(f"(datum.end - datum.start) / datum.span * {PLOT_PX} >= 22",
+                              alt.value(1), alt.value(0)))
     chart = alt.layer(boxes, text).properties(width=640, height={"step": 22},
                                               view=alt.ViewBackground(fill="#e6e6e6"))
-    return alt.vconcat(note.properties(width=640, height=16), chart)
+    return alt.vconcat(notes(base), chart)
 
 
 # the static book's live figure: small grids of the same controls (settings plan-level)

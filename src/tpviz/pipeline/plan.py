@@ -228,6 +228,9 @@ class Partition:
         return 1 - sum(self.costs) / (len(self.bounds) * self.slowest)
 
 
+BALANCE_WORK = 2_000_000  # stages × layers² of balance's search: about a second in Python
+
+
 def balance(costs: Sequence[float], stages: int) -> Partition:
     """The contiguous split of ``costs`` into ``stages`` non-empty stages whose largest stage
     cost is smallest (ties: the earliest such split).
@@ -246,6 +249,9 @@ def balance(costs: Sequence[float], stages: int) -> Partition:
     if n < stages:
         raise ScheduleError(f"{n} layers cannot fill {stages} stages (each stage needs at least "
                             f"one layer); use at most {n} stages.")
+    validate.bounded("balance's work, stages × layers²", stages * n * n, BALANCE_WORK,
+                     "Group the layers into fewer, larger blocks (sum their costs) or use "
+                     "fewer stages.", error=ScheduleError)
     prefix = [0.0, *accumulate(costs)]
     inf = float("inf")
     # best[k][i]: the smallest slowest-stage cost of layers [0, i) on k stages; cut[k][i]: where

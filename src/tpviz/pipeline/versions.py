@@ -78,6 +78,8 @@ def copies(sched, versions) -> tuple[float, ...]:
     """Per device: the most weight versions kept at once x the stages held (one p-th of the
     model each): a stashing schedule keeps the newest version and those of microbatches
     between their forward and backward."""
+    if sched.name not in STASH and sched.placement == "loop":
+        return (1.0,) * sched.stages  # v chunks of a p v-chunk model: one p-th
     out = []
     for ops, row in zip(sched.ops, versions, strict=True):
         stages_held = len({op.chunk for op in ops}) / sched.chunks

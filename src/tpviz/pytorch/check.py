@@ -20,6 +20,7 @@ class Report:
     errors: dict[str, float] = field(default_factory=dict)
     results: dict = field(default_factory=dict)
     seconds: float = 0.0
+    skipped: dict[str, str] = field(default_factory=dict)  # what did not run, and why
 
 
 def launch_timed(worker, world: int, *args, timeout: float):
@@ -57,7 +58,9 @@ def schedules(world: int = 4, microbatches: int = 8, timeout: float = 180.0) -> 
     """Every schedule this torch has, on ``world`` processes: loss and gradients against one
     process; torch's ``pipeline_order`` and the order its stages really ran against tpviz's."""
     ranks, seconds = launch_timed(run.pipelining, world, None, microbatches, timeout=timeout)
-    return judge_schedules(ranks, microbatches, seconds)
+    rep = judge_schedules(ranks, microbatches, seconds)
+    rep.skipped = {k: v for k, v in plan.runnable_schedules()[1].items()}
+    return rep
 
 
 def judge_schedules(ranks: list, microbatches: int = 8, seconds: float = 0.0) -> Report:

@@ -9,7 +9,15 @@ import math
 
 import numpy as np
 
-from tpviz.core.exercises import Wrong, as_integer, as_number, checker, expect_number, is_stub
+from tpviz.core.exercises import (
+    Wrong,
+    as_integer,
+    as_number,
+    checker,
+    expect_number,
+    is_stub,
+    only_keys,
+)
 from tpviz.errors import WorkerError
 from tpviz.pipeline import schedule, simulate
 from tpviz.pytorch import plan
@@ -96,6 +104,7 @@ def check_tp_plan(tp_plan) -> str:
     from tpviz.pytorch.check import launch_timed
     if not isinstance(tp_plan, dict) or not tp_plan:
         raise Wrong("give a dict from layer names ('0', '2') to parallel styles.")
+    only_keys(tp_plan, ["0", "2"], "your plan")  # before starting 4 processes
     try:
         ranks, _ = launch_timed(shard.tensor_parallel, 4, {"yours": tp_plan},
                                 timeout=LAUNCH_TIMEOUT)

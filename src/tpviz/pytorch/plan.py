@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tpviz.compat import torch_v_schedules_on_gloo
 from tpviz.core.collectives import Collectives
 from tpviz.errors import ArgumentError
 from tpviz.pipeline import NAMES, schedule
@@ -32,6 +33,21 @@ TORCH_SCHEDULES = {
 # where a tpviz name is missing, the nearest tpviz schedule, and what differs from it
 NEAREST = {"looped-bfs": "interleaved", "interleaved-zb": "interleaved", "zb-v": "zb-h1",
            "dualpipev": "zb-h1"}
+def runnable_schedules(has=None) -> tuple[tuple, dict[str, str]]:
+    """The ``(class, stages per rank, placement)`` this torch runs on gloo, and the reason for
+    each it cannot (``has(name)``: whether torch has the class at all)."""
+    why_not_v = torch_v_schedules_on_gloo()
+    run, skipped = [], {}
+    for name, (_, v, where) in TORCH_SCHEDULES.items():
+        if has is not None and not has(name):
+            skipped[name] = "this torch has no such schedule"
+        elif where == "v" and why_not_v:
+            skipped[name] = why_not_v
+        else:
+            run.append((name, v, where))
+    return tuple(run), skipped
+
+
 #: what the process server imports once (tpviz.core.launch.warm), so that no worker does
 PRELOAD = ("tpviz.pytorch.check", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
            "torch.distributed.tensor.debug", "torch.distributed.pipelining")
@@ -93,8 +109,9 @@ class Comparison:
                          f"nearest, {self.tpviz_name!r}")
         if _strip_w(self.torch_ops) == _strip_w(self.tpviz_ops):
             notes.append("the same F and B order once W is set aside")
-        elif _multiset(self.torch_ops) != _multiset(self.tpviz_ops):
-            extra = sorted(_multiset(self.torch_ops) - _multiset(self.tpviz_ops))[:3]
+        elif _multiset(_strip_w(self.torch_ops)) != _multiset(_strip_w(self.tpviz_ops)):
+            extra = sorted(_multiset(_strip_w(self.torch_ops))
+                           - _multiset(_strip_w(self.tpviz_ops)))[:3]
             if extra:
                 notes.append("torch's order lists ops tpviz does not run, e.g. "
                              + ", ".join(f"{k}{mb} of chunk {c}" for k, mb, c in extra))

@@ -173,10 +173,9 @@ def pipelining(rank: int, world: int, schedules: tuple | None = None, microbatch
     stages ran, in order. ``schedules=None``: every schedule this torch has."""
     import torch.distributed.pipelining as pp  # here: the launching process need not import it
 
-    from tpviz.pytorch.plan import TORCH_SCHEDULES
+    from tpviz.pytorch.plan import runnable_schedules
     if schedules is None:
-        schedules = tuple((name, v, where) for name, (_, v, where) in TORCH_SCHEDULES.items()
-                          if hasattr(pp, name))
+        schedules = runnable_schedules(lambda name: hasattr(pp, name))[0]
     out = {}
     for name, per_rank, placement in schedules:
         net = mlp(seed)

@@ -6,7 +6,14 @@ import math
 from fractions import Fraction
 from functools import lru_cache
 
-from tpviz.core.exercises import Wrong, as_integer, as_number, checker, expect_number
+from tpviz.core.exercises import (
+    Wrong,
+    as_integer,
+    as_number,
+    checker,
+    expect_number,
+    only_keys,
+)
 from tpviz.errors import TpvizError
 from tpviz.together.memory import activation_bytes
 from tpviz.together.plan import CLUSTERS, Cluster, Plan, plan
@@ -121,6 +128,8 @@ def check_3d_design(config) -> str:
     if not isinstance(config, dict):
         raise Wrong("give a dict with keys t, p, d, microbatch, zero_stage, recompute, "
                     "sequence_parallel.")
+    only_keys(config, ["t", "p", "d", "microbatch", "zero_stage", "recompute",
+                       "sequence_parallel"], "your configuration")
     try:
         mine = plan(DESIGN[0], design_cluster(), **config)
     except (TpvizError, TypeError, ValueError) as e:

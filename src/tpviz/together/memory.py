@@ -31,6 +31,7 @@ layer's input, 2sbh (2sbh/t when sequence parallelism shards it; the paper's Tab
 from __future__ import annotations
 
 from tpviz.core import validate
+from tpviz.errors import ArgumentError
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -78,6 +79,11 @@ def activation_bytes(seq: int, batch: int, hidden: int, heads: int, tensor: int 
     t = validate.integer("tensor", tensor)
     recompute = validate.choice("recompute", recompute, RECOMPUTE)
     sp = bool(validate.instance("sequence_parallel", sequence_parallel, bool, "True or False"))
+    for name, n in (("hidden", h), ("heads", a), *((("seq", s),) if sp else ())):
+        if n % t:
+            raise ArgumentError(f"tensor={t} must divide {name}={n} (tensor parallelism splits "
+                                f"it into t equal parts); use a t that divides it, e.g. "
+                                f"{max(d for d in range(1, t + 1) if n % d == 0)}.")
     sbh = s * b * h
     if recompute == "full":
         return 2 * sbh / (t if sp else 1)

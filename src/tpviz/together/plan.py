@@ -20,6 +20,12 @@ global batch B sequences, microbatch b and m = B/(d·b) microbatches per pipelin
   counts the layers 4 times but the output layer 3 times) over (step time × devices × peak
   FLOP/s).
 
+Context parallelism (``context`` = c > 1, chapter 9): ring attention splits each sequence over c
+devices between the tensor and pipeline axes (stride t). Each device keeps the activations and
+does the work of s/c tokens; the keys and values go round the ring, c - 1 permutes per layer and
+pass, of which only what one block's attention does not hide is exposed; the c devices hold the
+same weights, so the gradients (and ZeRO's sharding) span d·c devices.
+
 Compute runs at ``efficiency`` × peak, an assumption (large bf16 matmuls reach about that); the
 model has no penalty for small matmuls, no overlap of communication and no interleaving.
 """
@@ -95,10 +101,11 @@ class Plan:
     comm_s: dict[str, float]
     bubble_s: float
     collectives: dict[str, Collectives] = field(repr=False)
+    context: int = 1  # c: context-parallel (ring attention) devices per sequence
 
     @property
     def devices(self) -> int:
-        return self.tensor * self.pipeline * self.data
+        return self.tensor * self.pipeline * self.data * self.context
 
     @property
     def microbatches(self) -> int:
@@ -124,7 +131,8 @@ class Plan:
 
     def label(self) -> str:
         sp = "+SP" if self.sequence_parallel else ""
-        return (f"t={self.tensor}{sp} p={self.pipeline} d={self.data} b={self.microbatch} "
+        cp = f" c={self.context}" if self.context > 1 else ""
+        return (f"t={self.tensor}{sp}{cp} p={self.pipeline} d={self.data} b={self.microbatch} "
                 f"ZeRO-{self.zero_stage} recompute={self.recompute}")
 
 
@@ -146,7 +154,7 @@ def seconds(cluster: Cluster, collectives: Collectives, stride: int) -> float:
 
 def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, microbatch: int = 1,
          zero_stage: int = 1, recompute: str = "full", sequence_parallel: bool = False,
-         efficiency: float = 0.7) -> Plan:
+         efficiency: float = 0.7, context: int = 1) -> Plan:
     """Memory, time and MFU of ``model`` on t·p·d GPUs of ``cluster`` (see the module text).
 
     Raises:
@@ -155,19 +163,25 @@ def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, mic
     model = MODELS[validate.choice("model", model, MODELS)] if isinstance(model, str) else model
     cluster = (CLUSTERS[validate.choice("cluster", cluster, CLUSTERS)]
                if isinstance(cluster, str) else cluster)
+    validate.instance("model", model, Model, "a Model or one of the names in MODELS")
+    validate.instance("cluster", cluster, Cluster, "a Cluster or one of the names in CLUSTERS")
     t, p, d, b = (validate.integer(n, v) for n, v in (("t", t), ("p", p), ("d", d),
                                                         ("microbatch", microbatch)))
     recompute = validate.choice("recompute", recompute, RECOMPUTE)
+    c = validate.integer("context", context)
     eff = validate.number("efficiency", efficiency, positive=True)
+    if eff > 1:
+        raise ArgumentError(f"efficiency={eff:g} is the fraction of peak FLOP/s reached: at most "
+                            "1 (large bf16 matmuls reach about 0.7).")
     for what, whole, part in (("heads", model.heads, t), ("layers", model.layers, p),
-                              ("batch", model.batch, d * b)):
+                              ("batch", model.batch, d * b), ("seq", model.seq, c)):
         if whole % part:
             raise ArgumentError(f"{what} = {whole} is not divisible by {part}; choose "
                                          f"sizes that divide it.")
-    s, h, L, m = model.seq, model.hidden, model.layers // p, model.batch // (d * b)
-    embedding = model.vocab * h + (s * h if model.learned_positions else 0)  # the first stage's
+    s, h, L, m = model.seq // c, model.hidden, model.layers // p, model.batch // (d * b)
+    embedding = model.vocab * h + (model.seq * h if model.learned_positions else 0)  # 1st stage
     stage_params = (L * model.layer_params + embedding) / t
-    states = zero_plan.memory(stage_params, d, zero_stage)
+    states = zero_plan.memory(stage_params, d * c, zero_stage)
     act = activation_bytes(s, b, h, model.heads, t, sequence_parallel, recompute)
     working = (activation_bytes(s, b, h, model.heads, t, sequence_parallel) - act
                if recompute != "none" else 0.0)
@@ -175,9 +189,10 @@ def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, mic
               "activations": act * L * min(p, m),
               "buffers": working + (2 * 2 * s * b * h if p > 1 else 0.0)}
     # one microbatch on one stage: forward 1, backward 2, recomputed forward (full) 1
-    layer_fwd = (2 * b * s * model.layer_matmul_params  # matmuls + attention scores
-                 + 4 * b * s * s * model.heads * model.d)
-    extra = {"none": 0.0, "selective": 4 * b * s * s * h, "full": layer_fwd}[recompute]
+    # matmuls + attention scores (with context parallelism: s/c queries against all c·s/c keys)
+    layer_fwd = (2 * b * s * model.layer_matmul_params
+                 + 4 * b * s * s * model.heads * model.d * c)
+    extra = {"none": 0.0, "selective": 4 * b * s * s * h * c, "full": layer_fwd}[recompute]
     logits = 3 * 2 * b * s * h * model.vocab / p  # the output layer, spread over the stages
     slot_compute = (L * (3 * layer_fwd + extra) + logits) / t / (cluster.system.flops * eff)
     activation = 2 * s * b * h  # bf16 [b, s, h]
@@ -188,16 +203,33 @@ def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, mic
     pp = Collectives([Collective("collective-permute", activation, p, axes=("pipeline",),
                                  what="activations forward, their gradients backward")] * 2
                      if p > 1 else [])
-    tp_s, pp_s = seconds(cluster, tp, 1), seconds(cluster, pp, t)
-    dp = _data_collectives(stage_params, d, zero_stage, m)
-    dp_s = seconds(cluster, dp, t * p)
+    tp_s, pp_s = seconds(cluster, tp, 1), seconds(cluster, pp, t * c)
+    cp, cp_s = _context(cluster, s, b, h, t, c, L * passes, eff)
+    dp = _data_collectives(stage_params, d * c, zero_stage, m)
+    dp_s = seconds(cluster, dp, t * p if c == 1 else t)  # with CP: d·c replicas, t apart
     fraction, _ = bubble_formula("1f1b", p, m)
-    busy = m * (slot_compute + tp_s + pp_s)
+    busy = m * (slot_compute + tp_s + pp_s + cp_s)
+    comm_s = {"tensor": m * tp_s, "pipeline": m * pp_s, "data": dp_s}
+    collectives = {"tensor": tp, "pipeline": pp, "data": dp}
+    if c > 1:
+        comm_s["context"], collectives["context"] = m * cp_s, cp
     return Plan(model, cluster, t, p, d, b, zero_stage, recompute, sequence_parallel, memory,
-                compute_s=m * slot_compute, comm_s={"tensor": m * tp_s, "pipeline": m * pp_s,
-                                                    "data": dp_s},
-                bubble_s=busy * fraction / (1 - fraction),
-                collectives={"tensor": tp, "pipeline": pp, "data": dp})
+                compute_s=m * slot_compute, comm_s=comm_s,
+                bubble_s=busy * fraction / (1 - fraction), collectives=collectives, context=c)
+
+
+def _context(cluster: Cluster, s: int, b: int, h: int, t: int, c: int, layers_passes: int,
+             efficiency: float) -> tuple[Collectives, float]:
+    """Ring attention over c devices (stride t): per layer and pass, c - 1 permutes of the
+    keys and values [2, s/c, b, h/t] (bf16); exposed: what one block's attention
+    (4·b·(s/c)²·h/t FLOPs, as the compute counts it: no causal saving) does not hide."""
+    if c == 1:
+        return Collectives(), 0.0
+    one = Collective("collective-permute", 2 * 2 * s * b * h // t, c, axes=("context",),
+                     what="keys and values round the ring")
+    block_s = 4 * b * s * s * h / t / (cluster.system.flops * efficiency)
+    step_s = max(0.0, seconds(cluster, Collectives([one]), t) - block_s)
+    return Collectives([one] * ((c - 1) * layers_passes)), step_s * (c - 1) * layers_passes
 
 
 def _data_collectives(params: float, d: int, stage: int, m: int) -> Collectives:

@@ -5,7 +5,8 @@ divisors of the layers, d = N/(t·p), microbatch b among ``microbatches`` with d
 batch, ZeRO stages 0-3, recomputation none / selective / full, sequence parallelism off or on.
 Pruning: a (t, p, d, ZeRO) whose parameter, gradient and optimizer state alone exceed the
 device's memory is skipped whole; for each recomputation, microbatches grow until one no longer
-fits (activations grow with b), and larger ones are not tried.
+fits (activations grow with b), and larger ones are not tried. ``context`` adds ring attention's
+context-parallel sizes c (chapter 9; default 1 only): d = N/(t·p·c).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def _divisors(n: int) -> list[int]:
 def candidates(model: Model | str, cluster: Cluster | str, gpus: int, *,
                microbatches: tuple[int, ...] = (1, 2, 4, 8), zero_stages=(0, 1, 2, 3),
                recompute: tuple[str, ...] = RECOMPUTE, sequence_parallel=(False, True),
-               max_tensor: int = 64, efficiency: float = 0.7) -> list[Plan]:
+               max_tensor: int = 64, efficiency: float = 0.7,
+               context: tuple[int, ...] = (1,)) -> list[Plan]:
     """Every configuration that fits (after pruning), each as a :class:`Plan`."""
     model = MODELS[validate.choice("model", model, MODELS)] if isinstance(model, str) else model
     cluster = (CLUSTERS[validate.choice("cluster", cluster, CLUSTERS)]
@@ -36,19 +38,21 @@ def candidates(model: Model | str, cluster: Cluster | str, gpus: int, *,
     found = []
     for t in (k for k in _divisors(n) if k <= max_tensor and model.heads % k == 0 and
               k & (k - 1) == 0):
-        for p in (k for k in _divisors(L) if (n // t) % k == 0):
-            d = n // (t * p)
+        for p, c in ((k, c) for k in _divisors(L) for c in context
+                     if (n // t) % (k * c) == 0 and model.seq % c == 0):
+            d = n // (t * p * c)
             embedding = model.vocab * h + (model.seq * h if model.learned_positions else 0)
             stage_params = (L // p * model.layer_params + embedding) / t
             for zero in zero_stages:
-                if zero_plan.memory(stage_params, d, zero).total > cluster.memory:
+                if zero_plan.memory(stage_params, d * c, zero).total > cluster.memory:
                     continue  # the states alone do not fit: no b or recomputation helps
                 for sp in (s for s in sequence_parallel if t > 1 or not s):
                     for rc in recompute:
                         for b in microbatches:
                             if model.batch % (d * b):
                                 continue
-                            one = plan(model, cluster, t, p, d, b, zero, rc, sp, efficiency)
+                            one = plan(model, cluster, t, p, d, b, zero, rc, sp, efficiency,
+                                       context=c)
                             if not one.fits:
                                 break  # larger microbatches need more memory still
                             found.append(one)

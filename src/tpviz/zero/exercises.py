@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import compiled
+from tpviz.core import build
 from tpviz.core.exercises import (
     Wrong,
     as_integer,
     as_number,
-    call,
     checker,
     expect_array,
     expect_number,
@@ -62,21 +60,76 @@ def check_grad_reduce_scatter(fn) -> str:
     whole gradient vector, return its 1/8 slice of the mean gradient over the devices."""
     mesh = mesh_1d(8, "data")
     grads = np.random.default_rng(0).standard_normal((8, 64), dtype=np.float32)  # row d: device d
-    program = jax.shard_map(lambda g: fn(g[0]), mesh=mesh, in_specs=P("data"),
-                            out_specs=P("data"), check_vma=False)
-    hint = "jax.lax.psum_scatter(g, 'data', tiled=True) / 8"
-    got = call(program, grads, what="your function")
-    mean = grads.mean(axis=0)
+    hint = ("One collective both sums over 'data' and leaves each device only its 1/8 "
+            "(chapter 1); then make the sum a mean.")
+    body = (lambda g: fn(g[0])) if callable(fn) else fn
+    ran = build.run(body, mesh, P("data"), P("data"), grads, what="your function")
+    got, mean = ran.out, grads.mean(axis=0)
     if getattr(got, "shape", None) == (512,):
         raise Wrong("each device returned the whole vector: that is an all-reduce.",
-                    "Keep only this device's 1/8: psum_scatter with tiled=True.")
+                    "Keep only this device's 1/8 of the sum.")
     if got.shape == (64,) and np.allclose(got, 8 * mean, rtol=1e-4, atol=1e-5):
         raise Wrong("that is the sum over the devices, not the mean.", "Divide by 8.")
     expect_array(got, mean, what="the gathered slices", rtol=1e-4, atol=1e-5, hint=hint)
-    kinds = dict(compiled.collectives(program, grads).kinds())
-    if kinds != {"reduce-scatter": 1}:
-        raise Wrong(f"the compiled program holds {kinds}; expected one reduce-scatter.", hint)
+    found = build.moving(ran.program, mesh)
+    if build.kinds(found) != {"reduce-scatter": 1}:
+        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; "
+                    "stage 2 needs one reduce-scatter, half an all-reduce's bytes.", hint)
     return "One reduce-scatter: (N-1)/N of the gradient bytes, half an all-reduce."
+
+
+ZERO1_T = 3  # the Adam step the ZeRO-1 check runs
+
+
+def _zero1_data():
+    rng = np.random.default_rng(5)
+    params = rng.standard_normal(64, dtype=np.float32)
+    grads = rng.standard_normal((8, 64), dtype=np.float32)  # row d: device d's gradient
+    m = (rng.standard_normal(64) / 10).astype(np.float32)
+    v = (rng.random(64) / 10).astype(np.float32)
+    return params, grads, m, v
+
+
+@checker("A ZeRO-1 optimizer step")
+def check_zero1_step(fn) -> str:
+    """``fn(params, grad, m, v)`` per device on 8 devices along "data": params f32[64] whole on
+    every device, grad this device's own f32[64] gradient, m and v its 1/8 of Adam's moments
+    (f32[8]); returns the updated (params whole, m, v) after Adam step t = 3 on the mean
+    gradient. The compiled step: one reduce-scatter and one all-gather of 64 floats."""
+    from tpviz.zero.run import adam
+
+    params, grads, m, v = _zero1_data()
+    mesh = mesh_1d(8, "data")
+    body = (lambda p, g, m_, v_: fn(p, g[0], m_, v_)) if callable(fn) else fn
+    ran = build.run(body, mesh, (P(), P("data"), P("data"), P("data")),
+                    (P(), P("data"), P("data")), params, grads, m, v,
+                    what="your optimizer step")
+    try:
+        new_p, new_m, new_v = ran.out
+    except (TypeError, ValueError):
+        raise Wrong("return three arrays: (params, m, v).") from None
+    want_p, want_m, want_v = (np.asarray(a) for a in adam(params, grads.mean(0), m, v, ZERO1_T))
+    hint = ("Each device updates only the slice of the parameters whose Adam state it holds, "
+            "with the mean gradient of that slice; then every device needs all the slices.")
+    expect_array(new_m, want_m, what="the new m", rtol=1e-4, atol=1e-6, hint=hint)
+    expect_array(new_v, want_v, what="the new v", rtol=1e-4, atol=1e-7, hint=hint)
+    expect_array(new_p, want_p, what="the new parameters", rtol=1e-4, atol=1e-6, hint=hint)
+    found = build.moving(ran.program, mesh)
+    counts, seen = build.kinds(found), build.summary(found)
+    vector = params.nbytes
+    if counts.get("all-reduce"):
+        raise Wrong(f"right values, but the compiled step holds {seen}: an all-reduce sends "
+                    "twice the bytes of a reduce-scatter or an all-gather, and leaves whole "
+                    "what this device does not need whole.", hint)
+    if any(c.full_bytes > vector for c, _ in found):
+        raise Wrong(f"right values, but the compiled step holds {seen}: more bytes than one "
+                    f"gradient or parameter vector ({vector} bytes) per collective.", hint)
+    if counts != {"reduce-scatter": 1, "all-gather": 1}:
+        raise Wrong(f"right values, but the compiled step holds {seen}; ZeRO-1 needs one "
+                    "reduce-scatter of the gradients and one all-gather of the parameters.",
+                    hint)
+    return ("A reduce-scatter and an all-gather: data parallelism's bytes, with 1/8 of Adam's "
+            "state and of its work on each device.")
 
 
 @checker("Stage 3's bytes")

@@ -1,0 +1,73 @@
+"""Causal ring attention's work per device, read from compiled programs' cost analysis.
+
+Under a causal mask a query attends only to earlier keys. With the contiguous layout device i
+holds block i, so it needs blocks 0 … i: the last device does N blocks of work, the first one.
+The zigzag layout (device i holds chunks i and 2N-1-i of 2N) gives every device the same work.
+SPMD compiles one program for all devices, so each device's own schedule is compiled here as a
+single-device program (:func:`device_program`: its steps, skipping what the mask hides entirely,
+as a FlashAttention kernel skips masked tiles) and its FLOPs read from XLA's cost analysis of
+that program: by default of the program as lowered, the HLO handed to the compiler (fast: no
+compilation); with ``compile=True`` of the optimized program, whose fusions add or remove a few
+elementwise FLOPs but not the matmuls that make the imbalance.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tpviz.context.plan import check_sizes
+from tpviz.context.run import _zigzag_step, block_attention, combine, positions
+from tpviz.core import compiled
+
+
+def device_program(me: int, devices: int, layout: str = "contiguous"):
+    """Device ``me``'s causal ring attention as one device's program: ``fn(q, k, v)`` with
+    ``q[B, S/N, n_h, d_h]`` its queries and ``k, v[N, B, S/N, n_h, d_h]`` every device's block
+    (in the order they reach it). Contiguous: blocks from later devices are skipped (the mask
+    hides them), earlier ones computed whole. Zigzag: half a block per step, as in
+    :func:`tpviz.context.ring_attention`."""
+    n = devices
+
+    def fn(q, k, v):
+        c = q.shape[1]
+        pos = positions(me, n, c, layout)
+        o, lse = block_attention(q, k[me], v[me], pos, pos)
+        for step in range(1, n):
+            src = (me - step) % n
+            if layout == "zigzag":
+                o, lse = _zigzag_step(q, jnp.stack([k[src], v[src]]), o, lse, src, me)
+            elif src < me:  # an earlier block: the mask hides none of it
+                o, lse = combine(o, lse, *block_attention(q, k[src], v[src]))
+        return o
+
+    return fn
+
+
+def _flops(fn, *args, compile: bool) -> float:
+    analysis = (compiled.compile_for(fn, *args) if compile
+                else jax.jit(fn).lower(*args)).cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    return float(analysis["flops"])
+
+
+def flops_per_device(sequence: int, heads: int, devices: int = 8, layout: str = "contiguous",
+                     head_dim: int = 8, compile: bool = False) -> list[float]:
+    """FLOPs of each device's causal ring attention (forward), from XLA's cost analysis of each
+    device's program (lowered, or with ``compile`` compiled).
+
+    Raises:
+        ArgumentError, ShardingError: sizes that do not split (``plan.check_sizes``).
+    """
+    _, s, a, n, _, layout = check_sizes("ring", sequence, heads, devices, layout=layout)
+    c = s // n
+    q = np.zeros((1, c, a, head_dim), np.float32)
+    kv = np.zeros((n, 1, c, a, head_dim), np.float32)
+    return [_flops(device_program(i, n, layout), q, kv, kv, compile=compile) for i in range(n)]
+
+
+def imbalance(flops) -> float:
+    """The busiest device's work over the mean: the step waits for the busiest."""
+    flops = np.asarray(flops, float)
+    return float(flops.max() / flops.mean())

@@ -1,0 +1,319 @@
+"""The probe of issue 32, replayed: NaN and infinities never pass, learner code cannot escape
+the checker's time limit (a second trace, ``sys.exit``, an itimer reset, compiled endless loops,
+an ``__eq__`` that never returns), dict answers take only their documented keys, NumPy and
+``Fraction`` answers are accepted, and every size guard answers at once with a clear error."""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tpviz
+from tpviz import collectives, exercises, matmul, megatron, mesh2d, moe
+from tpviz.core import exercises as framework
+from tpviz.core import verify
+from tpviz.errors import CheckFailed
+from tpviz.exercises import ExerciseFailed
+
+NAN, INF = math.nan, math.inf
+
+
+# --- NaN and infinities -------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [NAN, INF, -INF])
+def test_close_refuses_a_non_finite_result(bad):
+    got = np.ones(3)
+    got[1] = bad
+    with pytest.raises(CheckFailed, match="y is not finite: 1 of 3 values"):
+        verify.close(got, np.ones(3), "y")
+    with pytest.raises(CheckFailed, match="not finite"):
+        verify.close(np.full(3, bad), np.ones(3), "y")  # max(0.0, nan) was 0.0
+    assert verify.relative_error(got, np.ones(3)) == math.inf
+
+
+def test_close_refuses_a_non_finite_reference_and_pytrees():
+    with pytest.raises(CheckFailed, match="the reference for y is not finite"):
+        verify.close(np.ones(3), np.full(3, NAN), "y")
+    with pytest.raises(CheckFailed, match="not finite"):
+        verify.close({"a": np.ones(2), "b": np.array([1.0, NAN])},
+                     {"a": np.ones(2), "b": np.ones(2)}, "grads")
+    assert verify.close(np.ones(3), np.ones(3), "y") == 0.0
+
+
+def _nan_like(x):
+    x = np.array(x, np.float32)
+    x.flat[0] = NAN
+    return x
+
+
+def test_matmul_check_fails_on_nan():
+    mesh = tpviz.make_mesh((4, 2), ("X", "Y"))
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((16, 32), np.float32), rng.standard_normal((32, 64), np.float32)
+    p = matmul.plan(x.shape, w.shape, "In[B_X, D_Y]", "W1[D_Y, F]", {"X": 4, "Y": 2})
+    with pytest.raises(CheckFailed, match="not finite"):
+        matmul.check(p, mesh, _nan_like(x), w)
+
+
+def test_megatron_check_fails_on_nan():
+    mesh = tpviz.make_mesh((4,), ("model",), devices=tpviz.devices.chosen_devices()[:4])
+    params = megatron.init(16, 32, kind="mlp")
+    x = np.ones((2, 4, 16), np.float32)
+    with pytest.raises(CheckFailed, match="not finite"):
+        megatron.check("mlp", mesh, _nan_like(x), x, params)
+
+
+def test_mesh2d_check_fails_on_inf():
+    rng = np.random.default_rng(0)
+    x, dy = (rng.standard_normal((16, 8), dtype=np.float32) for _ in range(2))
+    w1, w2 = rng.standard_normal((8, 16), np.float32), rng.standard_normal((16, 8), np.float32)
+    x[0, 0] = INF
+    with pytest.raises(CheckFailed, match="not finite"):
+        mesh2d.check(tpviz.make_mesh((4, 2), ("data", "model")), x, w1, w2, dy)
+
+
+def test_data_parallel_check_fails_on_nan():
+    mesh = tpviz.make_mesh((8,), ("X",))
+    from tpviz.collectives.run import init_mlp
+
+    x, y = np.ones((32, 8), np.float32), np.ones((32, 4), np.float32)
+    with pytest.raises(CheckFailed, match="not finite"):
+        collectives.check_dp(mesh, init_mlp(0, (8, 32, 4)), _nan_like(x), y)
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, np.float32(NAN), np.array(INF)])
+def test_numeric_answers_must_be_finite(bad):
+    with pytest.raises(framework.Wrong, match="not a finite number"):
+        framework.as_number(bad)
+    with pytest.raises(framework.Wrong, match="not a finite number"):
+        framework.expect_number(bad, 1.0)
+
+
+def test_array_answers_must_be_finite():
+    with pytest.raises(framework.Wrong, match="NaN or infinite"):
+        framework.expect_array(np.array([1.0, INF], np.float32), np.ones(2, np.float32))
+
+
+def test_a_build_checker_fails_nan_learner_code():
+    def total(x):  # the right collective, a NaN result
+        return jnp.full((), jnp.nan)
+
+    with pytest.raises(ExerciseFailed, match="✗"):
+        exercises.check_total(total, jnp.arange(64.0))
+
+
+# --- escapes from the time limit ----------------------------------------------------------
+
+@pytest.fixture
+def short_limits(monkeypatch):
+    monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
+    monkeypatch.setattr(framework, "CHECK_TIME_LIMIT_S", 3)
+
+
+@framework.checker("Probe")
+def check_probe(fn, compare=None):
+    result = framework.call(fn, 3)
+    if compare is not None and not result == compare:
+        raise framework.Wrong("different")
+    jax.jit(fn).lower(3).compile()  # a second trace, outside `call`
+    return ""
+
+
+def test_a_loop_on_the_second_trace_is_stopped(short_limits):
+    traces = []
+
+    def sneaky(n):
+        traces.append(1)
+        while len(traces) > 1:  # the first trace returns, the second never does
+            pass
+        return n
+
+    start = time.perf_counter()
+    with pytest.raises(ExerciseFailed, match="more than 3 s and was stopped"):
+        check_probe(sneaky)
+    assert time.perf_counter() - start < 8
+
+
+def test_a_compiled_endless_loop_is_reported_and_the_kernel_goes_on(short_limits):
+    def forever(n):
+        return jax.lax.while_loop(lambda c: c[0] > -1.0, lambda c: (c[0] + 1.0, c[1]),
+                                  (jnp.float32(n), jnp.float32(0)))[1]
+
+    start = time.perf_counter()
+    with pytest.raises(ExerciseFailed, match="inside compiled code"):
+        check_probe(forever)
+    assert time.perf_counter() - start < 10
+    assert float(jax.jit(lambda v: v + 1)(1.0)) == 2.0  # JAX still works beside it
+
+
+def test_sys_exit_is_a_wrong_answer():
+    def leave(n):
+        sys.exit(3)
+
+    with pytest.raises(ExerciseFailed, match=r"sys.exit\(3\)"):
+        check_probe(leave)
+    with pytest.raises(ExerciseFailed, match="SystemExit"):
+        exercises.check_total(lambda x: sys.exit(), jnp.arange(64.0))
+
+
+def test_resetting_the_itimer_does_not_defeat_the_limit(short_limits):
+    def reset(n):
+        if hasattr(signal, "setitimer"):
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            except ValueError:  # the checker runs it outside the main thread
+                pass
+        while True:
+            pass
+
+    start = time.perf_counter()
+    with pytest.raises(ExerciseFailed, match=r"more than .* s"):
+        check_probe(reset)
+    assert time.perf_counter() - start < 8
+
+
+def test_an_eq_that_never_returns_is_stopped(short_limits):
+    class Sticky:
+        def __eq__(self, other):
+            while True:
+                pass
+
+    with pytest.raises(ExerciseFailed, match="more than 3 s and was stopped"):
+        check_probe(lambda n: Sticky(), compare=1)
+
+
+# --- answers: NumPy, Fraction, bool, dict keys --------------------------------------------
+
+def test_numbers_accept_numpy_and_fraction():
+    for value in (3, 3.0, np.int64(3), np.float32(3), Fraction(6, 2), jnp.float32(3),
+                  np.array(3)):
+        assert framework.as_number(value) == 3.0
+    assert framework.as_integer(np.int16(4)) == 4
+    assert framework.as_integer(Fraction(8, 2)) == 4
+    with pytest.raises(framework.Wrong, match="whole number"):
+        framework.as_integer(Fraction(7, 2))
+
+
+def test_bools_accept_numpy_bools_only():
+    assert framework.as_bool(np.bool_(True)) is True and framework.as_bool(False) is False
+    for bad in (1, "yes", None):
+        with pytest.raises(framework.Wrong, match="True or False"):
+            framework.as_bool(bad)
+
+
+def test_only_keys_refuses_an_undocumented_key():
+    assert framework.only_keys({"a": 1}, ["a", "b"]) == {"a": 1}
+    with pytest.raises(framework.Wrong, match="'efficiency', which this exercise does not use"):
+        framework.only_keys({"a": 1, "efficiency": 5.0}, ["a", "b"])
+    with pytest.raises(framework.Wrong, match="no key 'b'"):
+        framework.only_keys({"a": 1}, ["a", "b"], required=["a", "b"])
+
+
+def test_specific_checkers_take_numpy_fraction_and_refuse_extra_keys():
+    from tpviz.collectives import exercises as cx
+    from tpviz.collectives.plan import plan
+
+    want = plan("parameter-server", "all-reduce", cx.PS_K, cx.PS_V).time(0.0, cx.PS_BETA)
+    exercises.check_server_seconds(Fraction(want).limit_denominator(10**12))
+    exercises.check_server_seconds(np.float64(want))
+    best, _line = cx.buckets.best_bucket(cx.BUCKET_TIMES, cx.BUCKET_BYTES, devices=cx.BUCKET_K,
+                                         alpha=cx.BUCKET_ALPHA, beta=cx.BUCKET_BETA)
+    exercises.check_bucket_size(np.int64(best))
+    exercises.check_same_as_big_batch({k: np.bool_(v) for k, v in cx.TRUTH.items()})
+    with pytest.raises(ExerciseFailed, match="'efficiency', which this exercise does not use"):
+        exercises.check_3d_design({"t": 8, "p": 2, "d": 4, "microbatch": 1, "zero_stage": 1,
+                                   "recompute": True, "sequence_parallel": True,
+                                   "efficiency": 5.0})
+
+
+# --- size guards: each answers at once, naming the limit and the fix ----------------------
+
+def _pl(module, name):
+    import importlib
+
+    return getattr(importlib.import_module(f"tpviz.{module}"), name)
+
+
+SIZE_GUARDS = [
+    (lambda: _pl("collectives.plan", "plan")("ring", "all-reduce", 20000, 1e6), "K <= 256"),
+    (lambda: _pl("collectives", "render_collectives")("tree", 4096), "at most 64"),
+    (lambda: _pl("collectives.plan", "time")("naive", 10**6, 1e6, 1e-6, 1e9), "K <= 256"),
+    (lambda: _pl("layouts", "blocks")((4096, 4096), "A[I_X, J_Y]", {"X": 4096, "Y": 4096}),
+     "limit of 16,384"),
+    (lambda: _pl("autoshard", "stages")([1.0] * 2000, 8, 8, [(1,)]), "fewer, larger blocks"),
+    (lambda: _pl("autoshard", "stages")([1.0] * 2000, 8, 8, [(1,), (2,)]),
+     "fewer, larger blocks"),
+    (lambda: _pl("moe", "render_moe")(experts=2**20, tokens=2**20), "Route fewer tokens"),
+    (lambda: _pl("mesh2d", "best_mesh")(64, 128, 512, 10**15), "at most"),
+]
+
+
+@pytest.mark.parametrize(("call", "words"), SIZE_GUARDS)
+def test_size_guards_answer_at_once(call, words):
+    start = time.perf_counter()
+    with pytest.raises((ValueError, TypeError), match=words):
+        call()
+    assert time.perf_counter() - start < 2
+
+
+def test_setup_devices_refuses_more_than_memory_allows(monkeypatch):
+    from tpviz.core import host_memory
+    from tpviz.errors import DeviceSetupError
+
+    monkeypatch.setattr(host_memory, "_memory_limits", lambda: (8 * 2**30, math.inf))
+    with pytest.raises(DeviceSetupError, match=r"ulimit -v.*at most 384 devices"):
+        host_memory.refuse_beyond_memory(1024)
+    host_memory.refuse_beyond_memory(8)
+
+
+def test_make_mesh_refuses_a_bare_string():
+    from tpviz.errors import ShardingError
+
+    with pytest.raises(ShardingError, match=r"give a tuple of names, e.g. \('data',\)"):
+        tpviz.make_mesh((8,), "data")
+
+
+def test_wrong_results_fixed():
+    from jax.sharding import PartitionSpec as P
+
+    from tpviz import autoshard, together
+    from tpviz.core.layout import dtype_size
+    from tpviz.errors import ArgumentError, ShardingError
+
+    a = autoshard.reshard((1024, 1024), "A[I_X, J]", "A[I, J_X]", {"X": 4})
+    b = autoshard.reshard((1024, 1024), P("X", None), P(None, "X"), {"X": 4})
+    assert [c.bytes for c in a] == [c.bytes for c in b] == [1024 * 1024 * 4 // 4]
+    with pytest.raises(ArgumentError, match="tensor=7 must divide hidden=4096"):
+        together.activation_bytes(2048, 1, 4096, 32, tensor=7)
+    with pytest.raises(ArgumentError, match="at most 1"):
+        together.plan("GPT-3 13B", "A100 80GB (Selene)", 8, 2, 4, efficiency=5.0)
+    with pytest.raises(ShardingError, match="packs several values into a byte"):
+        dtype_size("int4")
+    with pytest.raises(ShardingError, match="old code for int32"):
+        dtype_size("i4")
+    assert dtype_size("bf16") == 2 and dtype_size("int8") == 1
+
+
+def test_system_names_go_through_one_lookup():
+    from tpviz.core import cost
+    from tpviz.errors import ArgumentError
+
+    assert cost.system("h100 (nvlink)") is cost.SYSTEMS["H100 (NVLink)"]
+    p = mesh2d.plan(64, 128, 512, (4, 2), "bf16")
+    assert mesh2d.step_time(p, "TPU v5e (ICI)") == mesh2d.step_time(
+        p, cost.SYSTEMS["TPU v5e (ICI)"])
+    for call in (lambda: mesh2d.step_time(p, "H100"),
+                 lambda: moe.plan(4096, 32, 2, 1.25, 8).time("H100"),
+                 lambda: matmul.draw.figure(matmul.plan((16, 32), (32, 64), "In[B_X, D]",
+                                                         "W1[D, F]", {"X": 8}), system="H100")):
+        with pytest.raises(ArgumentError, match="'H100 \\(NVLink\\)'"):
+            call()
