@@ -201,6 +201,50 @@ def test_stages_equal_brute_force(seed):
     assert got.latency == sum(got.times) + (b - 1) * max(got.times)
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_stages_with_memory_equal_brute_force(seed):
+    # Alpa's state counts the stages left: under 1F1B a stage c stages from the end keeps
+    # min(c, m) microbatches' activations, so where a stage sits decides whether it fits
+    rng = random.Random(100 + seed)
+    k, b = rng.randint(1, 5), rng.randint(1, 6)
+    costs = [rng.uniform(0.5, 3) for _ in range(k)]
+    memory = ([rng.uniform(1, 4) for _ in range(k)], [rng.uniform(0.5, 2) for _ in range(k)])
+    limit, shapes = rng.uniform(1, 10), [(1, 1), (1, 2), (2, 2)]
+    try:
+        want = auto.brute_stages(costs, 4, b, shapes, memory, limit)
+    except ArgumentError:
+        with pytest.raises(ArgumentError):
+            auto.stages(costs, 4, b, shapes, memory, limit)
+        return
+    got = auto.stages(costs, 4, b, shapes, memory, limit)
+    assert math.isclose(got.latency, want.latency, rel_tol=1e-9)
+    n = len(got.bounds)
+    for q, ((i, j), s) in enumerate(zip(got.bounds, got.submeshes, strict=True)):
+        held = sum(memory[0][i:j]) + min(n - q, b) * sum(memory[1][i:j])
+        assert held / math.prod(s) <= limit * (1 + 1e-12)
+
+
+def test_memory_depends_on_the_stage_position():
+    # two equal layers, weights 1, activations 1 per microbatch, on 2 single devices, m = 4:
+    # the first stage holds 2 microbatches (1 + 2 = 3), the last 1 (1 + 1 = 2)
+    costs, memory = [1, 1], ([1, 1], [1, 1])
+    assert auto.stages(costs, 2, 4, [(1,)], memory, 3).bounds == ((0, 1), (1, 2))
+    with pytest.raises(ArgumentError, match="exactly"):
+        auto.stages(costs, 2, 4, [(1,)], memory, 2.5)  # the first stage needs 3
+
+
+def test_submesh_costs_join_the_ilp_and_the_dp():
+    layers = [auto.mlp(1024, 1024, 4096, layers=1, dtype="bf16")] * 3
+    shapes = [(1, 1), (1, 2), (2, 2)]
+    costs = auto.submesh_costs(layers, shapes, H100)
+    for s, mesh in zip(shapes, ({"X": 1}, {"X": 2}, {"X": 2, "Y": 2}), strict=True):
+        assert costs[s] == [auto.solve(layers[0], mesh, H100).cost] * 3
+    # more devices are faster, but less than linearly (the ILP's communication)
+    assert costs[(1, 1)][0] > costs[(1, 2)][0] > costs[(2, 2)][0] > costs[(1, 1)][0] / 4
+    got = auto.stages(costs, 4, 8, shapes)
+    assert math.isclose(got.latency, auto.brute_stages(costs, 4, 8, shapes).latency)
+
+
 def test_stages_with_one_submesh_is_balance():
     costs = [3, 1, 4, 1, 5, 9, 2, 6]
     got = auto.stages(costs, 4, 8, [(1,)])
@@ -259,6 +303,9 @@ def test_check_gelu_layout(capsys):
     fails(ex.check_gelu_layout, "A[B_X, F]", words="all-to-all")
     fails(ex.check_gelu_layout, "A[B, F]", words="not the layout")
     fails(ex.check_gelu_layout, "A(B)", words="cannot read")
+    passes(ex.check_gelu_layout, "Tmp[B, F_X]", capsys=capsys)
+    fails(ex.check_gelu_layout, "W_1[B, F_X]", words="another array")  # right layout, a weight
+    fails(ex.check_gelu_layout, "Out[B, F_X]", words="another array")
 
 
 def _constraints(nu, nv, marginals=True, one=True, upper=False):
@@ -304,10 +351,29 @@ def test_check_edge_constraints(capsys):
     passes(ex.check_edge_constraints, _constraints, capsys=capsys)
     passes(ex.check_edge_constraints, lambda a, b: _constraints(a, b, False, True, True),
            capsys=capsys)  # Alpa's form: e ≤ s_u, e ≤ s_v, Σ e = 1
+    # run inside the whole ILP against brute force: e escapes, the optimum looks cheaper
     fails(ex.check_edge_constraints, lambda a, b: _constraints(a, b, False, False, True),
-          words="also allow")  # no Σ e = 1: e = 0 is allowed
+          words="below the best possible")  # no Σ e = 1: e = 0 is allowed
     fails(ex.check_edge_constraints, lambda a, b: _constraints(a, b, False, True, False),
-          words="also allow")  # only Σ e = 1
+          words="below the best possible")  # only Σ e = 1
+
+    def rows_only(nu, nv):  # Σ_j e[i, j] = s_u[i] alone: e may pick any consumer strategy
+        a, lo, hi = _constraints(nu, nv)
+        return a[:nu], lo[:nu], hi[:nu]
+
+    fails(ex.check_edge_constraints, rows_only, words="below the best possible")
+
+    def diagonal(nu, nv):  # also forces e[i, j] = 0 for i ≠ j: some pairs forbidden
+        a, lo, hi = (list(x) for x in _constraints(nu, nv))
+        n = nu + nv + nu * nv
+        for i, j in itertools.product(range(nu), range(nv)):
+            if i != j:
+                r = np.zeros(n)
+                r[nu + nv + i * nv + j] = 1
+                a, lo, hi = [*a, r], [*lo, 0], [*hi, 0]
+        return np.array(a), np.array(lo), np.array(hi)
+
+    fails(ex.check_edge_constraints, diagonal, words="forbid|no choice")
     fails(ex.check_edge_constraints, lambda a, b: (np.zeros((1, 3)), [0], [0]), words="columns")
     fails(ex.check_edge_constraints, lambda a, b: 1 / 0, words="ZeroDivisionError")
 
@@ -325,6 +391,8 @@ def test_check_switch_batch(capsys):
     passes(ex.check_switch_batch, np.int64(3072), capsys=capsys)  # a NumPy integer is a number
     fails(ex.check_switch_batch, 3300, words="already uses data parallelism")  # 7 % too many
     fails(ex.check_switch_batch, 2900, words="still picks Megatron")
+    for near in (3073, 3076, 3080):  # within one bisection step: no longer accepted
+        fails(ex.check_switch_batch, near, words="close")
     fails(ex.check_switch_batch, 768, words="still picks Megatron")  # B* = H
     fails(ex.check_switch_batch, 4 * 3072, words="already uses data parallelism")
     fails(ex.check_switch_batch, "F", words="number")
@@ -379,3 +447,25 @@ def test_solver_status_is_checked(monkeypatch):
             status=s, x=None, message="stubbed"))
         with pytest.raises(error, match=words):
             auto.solve(g, {"X": 8}, H100)
+
+
+MEGATRON = dict(x=P(), w1=P(None, "X"), h=P(None, "X"), w2=P("X", None), y=P())
+
+
+def test_check_megatron_shardings(capsys):
+    from tpviz.autoshard.builds import check_megatron_shardings, planned
+
+    assert auto.is_megatron(planned())  # the solver's own choice at these sizes
+    passes(check_megatron_shardings, lambda: dict(MEGATRON), capsys=capsys)
+    # data parallelism: every device holds the whole weights
+    fails(check_megatron_shardings, lambda: dict(x=P("X", None), w1=P(), h=P("X", None),
+                                                 w2=P(), y=P()), words="whole W1")
+    # the weights split the other way round: right values, other collectives
+    fails(check_megatron_shardings, lambda: {**MEGATRON, "w1": P("X", None),
+                                             "w2": P(None, "X")}, words="right values")
+    # the hidden layer gathered between the matmuls
+    fails(check_megatron_shardings, lambda: {**MEGATRON, "h": P()}, words="gathers")
+    # y left split over the devices
+    fails(check_megatron_shardings, lambda: {**MEGATRON, "y": P(None, "X")}, words="split")
+    fails(check_megatron_shardings, lambda: [P()] * 5, words="dict")
+    fails(check_megatron_shardings, lambda: 1 / 0, words="ZeroDivisionError")

@@ -251,10 +251,13 @@ def test_check_capacity(capsys):
 
 
 def test_check_dropped(capsys):
-    passes(ex.check_dropped, 4 / 16, capsys=capsys)
-    fails(ex.check_dropped, 4, words="number of dropped choices")
-    fails(ex.check_dropped, 0.5, words="divides by the tokens")
-    fails(ex.check_dropped, 3 / 16, words="not right")
+    # DROP_CHOICES: expert loads 3, 7, 4, 2 against C = ⌈2·8/4⌉ = 4: 3 of 16 choices dropped
+    assert np.bincount(ex.DROP_CHOICES.ravel(), minlength=4).tolist() == [3, 7, 4, 2]
+    passes(ex.check_dropped, 3 / 16, capsys=capsys)
+    fails(ex.check_dropped, 3, words="number of dropped choices")
+    fails(ex.check_dropped, 3 / 8, words="divides by the tokens")
+    fails(ex.check_dropped, 1 / 16, words="only the first choices")  # expert 1: 5 firsts
+    fails(ex.check_dropped, 4 / 16, words="not right")  # the chapter's own example
 
 
 def test_check_keep(capsys):
@@ -289,10 +292,60 @@ def test_check_dispatch(capsys):
         mine = jax.lax.dynamic_slice_in_dim(everything, d * 2, 2, axis=1)  # [N, E/N, C, H]
         return jnp.concatenate(list(mine), axis=1)
 
-    fails(ex.check_dispatch, gathered, words="all-gather")
+    message = fails(ex.check_dispatch, gathered, words="all-gather")
+    assert "jax.lax" not in message and "split_axis" not in message  # no code in hints
     fails(ex.check_dispatch, lambda b: jax.lax.all_to_all(b, "expert", 0, 0, tiled=True),
-          words="shape")
+          words="not stacked along the slot axis")
     fails(ex.check_dispatch, lambda b: b.reshape(2, 8, 3), words="wrong values")
+    fails(ex.check_dispatch, twice_dispatch, words="3 all-to-alls")
+    fails(ex.check_dispatch, lambda b: 1 / 0, words="raised ZeroDivisionError")
+
+
+def twice_dispatch(b):
+    # the right values in two steps: an all-to-all there and back, then the right one
+    there = jax.lax.all_to_all(b, "expert", 0, 0, tiled=True)
+    back = jax.lax.all_to_all(there, "expert", 0, 0, tiled=True)
+    return jax.lax.all_to_all(back, "expert", 0, 1, tiled=True)
+
+
+def test_check_combine(capsys, monkeypatch):
+    right = lambda r: jax.lax.all_to_all(r, "expert", 1, 0, tiled=True)  # noqa: E731
+    passes(ex.check_combine, right, capsys=capsys)
+    # exchanged, but the arriving blocks stacked along the slots again: wrong shape
+    fails(ex.check_combine, lambda r: jax.lax.all_to_all(r, "expert", 1, 1, tiled=True),
+          words="shape")
+    fails(ex.check_combine, lambda r: 1 / 0, words="raised ZeroDivisionError")
+
+    def gathered(r):  # every device's results, then this group's slot block: right values
+        g = jax.lax.axis_index("expert")
+        everything = jax.lax.all_gather(r, "expert", tiled=True)  # [E, N·C, H]
+        return jax.lax.dynamic_slice_in_dim(everything, g * 2, 2, axis=1)
+
+    fails(ex.check_combine, gathered, words="all-gathers")
+
+    def summed(r):  # each device scatters its experts into a zero buffer; a psum adds them
+        d, g = jax.lax.axis_index("expert"), jax.lax.axis_index("expert")
+        mine = jax.lax.dynamic_slice_in_dim(r, g * 2, 2, axis=1)  # wrong: needs every group
+        full = jnp.zeros((8, 2, 3), r.dtype)
+        return jax.lax.psum(jax.lax.dynamic_update_slice_in_dim(full, mine, d * 2, 0), "expert")
+
+    fails(ex.check_combine, summed, words="wrong values")
+
+    def psum_right(r):  # right values via all-gather-like psum of a placed buffer
+        d = jax.lax.axis_index("expert")
+        placed = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((8, 8, 3), r.dtype), r, d * 2, 0)
+        everything = jax.lax.psum(placed, "expert")  # [E, N·C, H] on every device
+        return jax.lax.dynamic_slice_in_dim(everything, d * 2, 2, axis=1)
+
+    fails(ex.check_combine, psum_right, words="all-reduce")
+    fails(ex.check_combine, lambda r: r, words="shape")  # no exchange at all
+    monkeypatch.setattr("tpviz.core.exercises.TIME_LIMIT_S", 1)
+
+    def endless(r):
+        while True:
+            pass
+
+    fails(ex.check_combine, endless, words="was stopped")
 
 
 def test_check_all_to_all_bytes(capsys):

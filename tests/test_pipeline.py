@@ -304,3 +304,92 @@ def test_check_pipeline_design(capsys):
     _fails(check_pipeline_design, 24, 6, 24 * 7, words="activation sends")  # m (p - 1)
     _fails(check_pipeline_design, 20, 6, 940, words="not allowed")
     _stub(check_pipeline_design, ..., 6, 1, capsys=capsys)
+
+
+def small_stash(p, m, slots=2):
+    """Every device: `slots` forwards, then a backward and the next forward, then the drain."""
+    lists = []
+    for _ in range(p):
+        warm = min(slots, m)
+        ops = [("F", i) for i in range(warm)]
+        for i in range(m - warm):
+            ops += [("B", i), ("F", warm + i)]
+        lists.append(ops + [("B", i) for i in range(m - warm, m)])
+    return lists
+
+
+def test_check_small_stash(capsys, monkeypatch):
+    from tpviz.pipeline.exercises import check_small_stash
+
+    _passes(check_small_stash, small_stash, capsys=capsys)
+    # 1F1B and GPipe run right but hold more than 2 microbatches
+    one_f = lambda p, m: [[(o.kind, o.microbatch) for o in ops]  # noqa: E731
+                          for ops in schedule("1f1b", p, m).ops]
+    _fails(check_small_stash, one_f, words="device 0 holds 4 microbatches")
+    gpipe = lambda p, m: [[("F", i) for i in range(m)] + [("B", i) for i in range(m)]  # noqa: E731
+                          for _ in range(p)]
+    _fails(check_small_stash, gpipe, words="holds 8 microbatches")
+    # a microbatch forgotten, a backward before its forward
+    _fails(check_small_stash, lambda p, m: [ops[:-1] for ops in small_stash(p, m)],
+           words="runs microbatch 7 as")
+    _fails(check_small_stash, lambda p, m: [ops[::-1] for ops in small_stash(p, m)],
+           words="before its F")
+
+    def crossed(p, m):  # device 0 waits for B1 while device 1 waits for B0 first: deadlock
+        lists = small_stash(p, m)
+        lists[0][2], lists[0][4] = lists[0][4], lists[0][2]  # B1 before B0 on device 0
+        return lists
+
+    _fails(check_small_stash, crossed, words="wait for each other forever")
+    _fails(check_small_stash, lambda p, m: 1 / 0, words="raised ZeroDivisionError")
+    monkeypatch.setattr("tpviz.core.exercises.TIME_LIMIT_S", 1)
+
+    def endless(p, m):
+        while True:
+            pass
+
+    _fails(check_small_stash, endless, words="was stopped")
+
+
+def test_check_tick(capsys):
+    from tpviz.pipeline.exercises import check_tick
+
+    def right(y, dh, fwd, bwd):
+        return (jax.lax.ppermute(y, "stage", [(i, i + 1) for i in fwd]),
+                jax.lax.ppermute(dh, "stage", [(i, i - 1) for i in bwd]))
+
+    _passes(check_tick, right, capsys=capsys)
+
+    def every_link(y, dh, fwd, bwd):  # sends on all links, the receivers keep only theirs
+        d = jax.lax.axis_index("stage")
+        got_f = jax.numpy.isin(d, jax.numpy.array([i + 1 for i in fwd]))
+        got_b = jax.numpy.isin(d, jax.numpy.array([i - 1 for i in bwd]))
+        f = jax.lax.ppermute(y, "stage", [(i, i + 1) for i in range(3)])
+        b = jax.lax.ppermute(dh, "stage", [(i + 1, i) for i in range(3)])
+        return jax.numpy.where(got_f, f, 0.0), jax.numpy.where(got_b, b, 0.0)
+
+    _fails(check_tick, every_link, words="transfers where the tick has")
+
+    def ring(y, dh, fwd, bwd):  # forward as a ring: the last device sends to the first
+        f = jax.lax.ppermute(y, "stage", [(i, (i + 1) % 4) for i in range(4)])
+        d = jax.lax.axis_index("stage")
+        got_f = jax.numpy.isin(d, jax.numpy.array([i + 1 for i in fwd]))
+        return jax.numpy.where(got_f, f, 0.0), right(y, dh, fwd, bwd)[1]
+
+    _fails(check_tick, ring, words=r"extra pairs \[\(3, 0\)")
+
+    def gathered(y, dh, fwd, bwd):  # every block to every device, then pick
+        d = jax.lax.axis_index("stage")
+        allf = jax.lax.all_gather(y, "stage")
+        got_f = jax.numpy.isin(d, jax.numpy.array([i + 1 for i in fwd]))
+        f = jax.numpy.where(got_f, allf[jax.numpy.maximum(d - 1, 0)], 0.0)
+        return f, right(y, dh, fwd, bwd)[1]
+
+    _fails(check_tick, gathered, words="all-gather")
+
+    def swapped(y, dh, fwd, bwd):  # gradients sent forward, activations back
+        return (jax.lax.ppermute(y, "stage", [(i, i - 1) for i in fwd if i > 0]),
+                jax.lax.ppermute(dh, "stage", [(i, i + 1) for i in bwd if i < 3]))
+
+    _fails(check_tick, swapped, words="wrong values")
+    _fails(check_tick, lambda y, dh, f, b: 1 / 0, words="raised ZeroDivisionError")

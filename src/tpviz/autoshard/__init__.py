@@ -31,7 +31,7 @@ from tpviz.autoshard.solve import (
     solve,
     solve_problem,
 )
-from tpviz.autoshard.stages import Stages, brute_stages, stages
+from tpviz.autoshard.stages import Stages, brute_stages, stages, submesh_costs
 from tpviz.autoshard.strategies import Strategy, layouts, reshard, strategies
 
 __all__ = ["Builder", "Graph", "Op", "Problem", "Run", "Solution", "Stages", "Strategy",
@@ -39,4 +39,4 @@ __all__ = ["Builder", "Graph", "Op", "Problem", "Run", "Solution", "Stages", "St
            "explore_autoshard", "fixed", "fixed_problem", "greedy", "gspmd_collectives",
            "is_data_parallel", "is_megatron", "layouts", "megatron", "mlp", "problem", "program",
            "render_autoshard", "reshard", "same_strategies", "solve", "solve_problem", "stages",
-           "strategies", "switch_batch", "transformer"]
+           "strategies", "submesh_costs", "switch_batch", "transformer"]

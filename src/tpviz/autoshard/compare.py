@@ -139,3 +139,40 @@ def same_strategies(solution: Solution, graph: Graph) -> Solution:
     e.g. a small one to execute: the strategies, not the sizes, are what runs."""
     p = solution.problem
     return fixed(graph, p.mesh_shape, p.system, lambda op, _: solution.strategies[op.name])
+
+
+def ilp_with_edge_rows(edge_rows, p) -> float | None:
+    """The optimum of the intra-op ILP of problem ``p`` (a :class:`~tpviz.autoshard.Problem`)
+    with each edge's rows from ``edge_rows(n_u, n_v) -> (A, lower, upper)`` over ``[s_u, s_v,
+    e]`` instead of :func:`~tpviz.autoshard.solve`'s own (s and e binary); None when the ILP
+    has no solution. Exercise 12.4 runs a learner's rows through it."""
+    import scipy.sparse as sp
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    sizes = [len(o) for o in p.options]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    blocks, lo, hi, n = [], [], [], int(starts[-1])
+    edge_start = []
+    for u, v, _ in p.edges:
+        edge_start.append(n)
+        n += sizes[u] * sizes[v]
+    for v, size in enumerate(sizes):  # one strategy per op
+        row = np.zeros(n)
+        row[starts[v]:starts[v] + size] = 1
+        blocks.append(row[None])
+        lo.append(1.0)
+        hi.append(1.0)
+    for (u, v, _), base in zip(p.edges, edge_start, strict=True):
+        nu, nv = sizes[u], sizes[v]
+        a, low, high = (np.asarray(x, dtype=float) for x in edge_rows(nu, nv))
+        cols = [*range(starts[u], starts[u] + nu), *range(starts[v], starts[v] + nv),
+                *range(base, base + nu * nv)]
+        full = np.zeros((a.shape[0], n))
+        full[:, cols] = a
+        blocks.append(full)
+        lo += list(low)
+        hi += list(high)
+    c = np.concatenate([*p.node, *(t.ravel() for t in p.edge)])
+    res = milp(c, constraints=LinearConstraint(sp.csr_array(np.vstack(blocks)), lo, hi),
+               integrality=np.ones(n), bounds=Bounds(0, 1))
+    return float(res.fun) if res.status == 0 else None

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.autoshard.compare import greedy, switch_batch
+from tpviz.autoshard.compare import greedy, ilp_with_edge_rows, switch_batch
 from tpviz.autoshard.graph import Graph, mlp
 from tpviz.autoshard.solve import solve
 from tpviz.autoshard.stages import stages
@@ -62,6 +62,9 @@ def check_gelu_layout(notation: str) -> str:
     except NotationError as e:
         raise Wrong(f"cannot read {notation!r}: {e}", "Write it like 'A[B_X, F]'.") from None
     got = parsed.spec
+    if parsed.name not in ("A", "Tmp"):
+        raise Wrong(f"{parsed.name} names another array; the gelu's is the MLP's hidden "
+                    "activation.", "Use the book's name for it, or the generic A.")
     s = solve(mlp(1024, 8192, 32768), {"X": 8}, SYSTEM).choice["gelu.1"]
     if got == s.out_spec and tuple(parsed.dims) != ("B", "F"):
         raise Wrong(f"the layout is right, but the gelu's array is [B, F] (it follows the first "
@@ -80,11 +83,54 @@ def _binary(n: int):
     return (np.array(bits, dtype=float) for bits in itertools.product((0, 1), repeat=n))
 
 
+def _random_graphs():
+    import random
+
+    from tpviz.autoshard.graph import Builder
+
+    rng = random.Random(7)
+    for _ in range(3):
+        b = Builder("bf16", x=(64, rng.choice([8, 16, 32])))
+        names = ["x"]
+        for i in range(5):
+            src = rng.choice(names)
+            if rng.random() < 0.6 and b.shapes[src][1] > 1:
+                names.append(b.matmul(f"m{i}", src, rng.choice([8, 16, 64])))
+            else:
+                names.append(b.gelu(f"e{i}", src))
+        yield b.graph()
+
+
 @checker("The ILP's edge constraints")
 def check_edge_constraints(edge_constraints) -> str:
     """``edge_constraints(n_u, n_v) -> (A, lower, upper)`` over ``[s_u, s_v, e]`` (``e``
     row-major ``n_u × n_v``): for one-hot ``s_u, s_v`` exactly one binary ``e`` may satisfy
-    ``lower ≤ A @ [s_u, s_v, e] ≤ upper``: the one with ``e[i, j] = s_u[i] · s_v[j]``."""
+    ``lower ≤ A @ [s_u, s_v, e] ≤ upper``: the one with ``e[i, j] = s_u[i] · s_v[j]``. First
+    the constraints go into the whole ILP of three random graphs, solved against brute
+    force; then every one-hot pair is enumerated."""
+    from tpviz.autoshard.solve import brute_force, problem
+    from tpviz.core.cost import System
+
+    slow = System("slow link", flops=2e11, bandwidth=1e10, source="", latency=2e-6)
+    for k, graph in enumerate(_random_graphs()):
+        try:
+            got = ilp_with_edge_rows(lambda nu, nv: call(
+                edge_constraints, nu, nv, what="edge_constraints"), problem(graph, {"X": 4}, slow))
+        except (TypeError, ValueError, IndexError):
+            raise Wrong("return (A, lower, upper): A with n_u + n_v + n_u·n_v columns, lower "
+                        "and upper one entry per row of A.") from None
+        best = brute_force(graph, {"X": 4}, slow).cost
+        if got is None:
+            raise Wrong(f"in the ILP of random graph {k}, your constraints leave no choice at "
+                        "all: they exclude the pair that the chosen strategies make.")
+        if got < best * (1 - 1e-6):
+            raise Wrong(f"in the ILP of random graph {k}, the solver reports a step of "
+                        f"{got:.4g} s, below the best possible {best:.4g} s (brute force): your "
+                        "constraints let e avoid paying the resharding of the pair chosen.",
+                        "e[i, j] must be 1 where both s_u[i] and s_v[j] are 1.")
+        if got > best * (1 + 1e-6):
+            raise Wrong(f"in the ILP of random graph {k} the solver finds {got:.4g} s, above "
+                        f"the optimum {best:.4g} s: your constraints forbid some pairs.")
     for nu, nv in ((2, 2), (2, 3)):
         out = call(edge_constraints, nu, nv, what="edge_constraints")
         try:
@@ -149,8 +195,8 @@ def _switch_point() -> int:
 @checker("Where the solver switches to data parallelism")
 def check_switch_batch(batch) -> str:
     """The batch (tokens) B* at which data parallelism starts to beat Megatron for the MLP with
-    H = 768, F = 3072 on 8 devices: the solver's switch point F* (found by bisection over
-    multiples of N), accepted within [F*, F* + N] (one step of the bisection's grid of N rows)."""
+    H = 768, F = 3072 on 8 devices: exactly the solver's switch point (found by bisection over
+    multiples of N; the two schemes tie there)."""
     got = as_number(batch, "B*")
     switch, n = _switch_point(), SWITCH["devices"]
     hint = "Set Megatron's 2·B·H (activations) equal to data parallelism's 2·H·F (weights)."
@@ -159,6 +205,9 @@ def check_switch_batch(batch) -> str:
     if got > switch + n:
         raise Wrong(f"at B = {got:,.0f} the solver already uses data parallelism; B* is "
                     "smaller.", hint)
+    if got != switch:
+        raise Wrong(f"B = {got:,.0f} is close, but not where the two schemes cost the same.",
+                    "Derive B* from the two traffic formulas rather than by trying values.")
     return f"Below {switch:,} tokens Megatron, from there data parallelism: B* = F."
 
 

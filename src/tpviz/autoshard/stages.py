@@ -10,11 +10,15 @@ left ``n``)::
               t(l, l', s) + G(l', n − |s|),        G(L, 0) = 0
 
 then ``T_pipe* = min over t_max of G(0, N) + (m − 1) · t_max``, for ``L`` layers on ``N``
-devices. Only the device count is enforced: the submeshes use exactly ``N`` devices together,
-but whether they tile an actual cluster of nodes × devices (as Alpa requires, with submeshes
-``(1, 2^i)`` inside a node or ``(n, M)`` of whole nodes) is not checked. With one submesh shape
-and layers that scale perfectly, ``Σ t_i`` is fixed and the best split is the most balanced
-one: :func:`tpviz.pipeline.plan.balance`.
+devices. The device count is the whole constraint, as in Alpa: its submeshes ``(1, 2^i)``
+inside a node and ``(n, M)`` of whole nodes always tile a cluster of nodes × M devices when
+their sizes add up to its device count (Alpa's Appendix A). With a memory limit the state also
+counts the stages left, as Alpa's (its Eq. 3-5): under 1F1B the stage with ``c`` stages from it
+to the end holds ``min(c, m)`` microbatches' activations, so whether a stage fits depends on
+its position. With one submesh shape and layers that scale perfectly, ``Σ t_i`` is fixed and
+the best split is the most balanced one: :func:`tpviz.pipeline.plan.balance`.
+:func:`submesh_costs` gives each layer's time on each submesh by the intra-op ILP
+(:func:`tpviz.autoshard.solve`), joining the two levels.
 """
 
 from __future__ import annotations
@@ -103,7 +107,8 @@ def _none(devices, sizes) -> ArgumentError:
 SEARCH_WORK = 2e6  # an upper bound of the search's steps (most stop far earlier)
 
 
-def stages(layer_costs, devices: int, microbatches: int, submeshes) -> Stages:
+def stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
+           memory_limit=None) -> Stages:
     """Contiguous stages and a submesh for each, minimising ``Σ t_i + (m − 1) · max t_i``.
 
     Args:
@@ -114,9 +119,14 @@ def stages(layer_costs, devices: int, microbatches: int, submeshes) -> Stages:
         microbatches: m.
         submeshes: the submesh shapes (or device counts) a stage may take, e.g. ``[(1, 1),
             (1, 2), (2, 2)]``.
+        memory: ``(weights, activations)``, each layer's bytes on one device (a submesh of n
+            devices keeps 1/n of them): its weight and optimizer state, and the activations of
+            one microbatch. With ``memory_limit``, a stage with c stages from it to the end
+            keeps its weights and min(c, m) microbatches' activations (1F1B).
+        memory_limit: bytes per device (None: no limit).
 
     Raises:
-        ArgumentError: bad sizes or costs, or no split that uses exactly ``devices``.
+        ArgumentError: bad sizes or costs, or no split that uses exactly ``devices`` (and fits).
     """
     devices, microbatches, shapes = _check(devices, microbatches, submeshes)
     costs = _table(layer_costs, shapes)
@@ -127,7 +137,8 @@ def stages(layer_costs, devices: int, microbatches: int, submeshes) -> Stages:
                       n * k * k / 2 * k * k * devices * n / 2, SEARCH_WORK,
                       "Group the layers into fewer, larger blocks (sum their costs), or offer "
                       "fewer submesh shapes or devices.")
-    if len(shapes) == 1 and not isinstance(layer_costs, Mapping):
+    fits = _fits(memory, memory_limit, k, microbatches)
+    if len(shapes) == 1 and not isinstance(layer_costs, Mapping) and memory_limit is None:
         s, n = shapes[0], math.prod(shapes[0])  # one shape: balance the stages
         p = devices // n
         if devices % n or p > k:
@@ -145,7 +156,7 @@ def stages(layer_costs, devices: int, microbatches: int, submeshes) -> Stages:
     for t_max in candidates:
         if (microbatches - 1) * t_max >= best_value:
             break  # every later t_max costs at least this much
-        found = _dp(t, k, devices, shapes, t_max)
+        found = _dp(t, k, devices, shapes, t_max, fits)
         if found is not None and found[0] + (microbatches - 1) * t_max < best_value:
             best, best_value = found[1], found[0] + (microbatches - 1) * t_max
     if best is None:
@@ -162,36 +173,63 @@ def _accumulate(values):
     return out
 
 
-def _dp(t, k, devices, shapes, t_max):
-    """(least Σ t_i, stages) over layers [0, k) on exactly ``devices``, each stage ≤ t_max."""
+def _fits(memory, memory_limit, k, microbatches):
+    """``fits(i, j, s, c)``: layers [i, j) on submesh s, c stages from it to the end, fit."""
+    if memory_limit is None:
+        return lambda i, j, s, c: True
+    limit = check.number("memory_limit", memory_limit, positive=True)
+    if not isinstance(memory, tuple | list) or len(memory) != 2:
+        raise ArgumentTypeError("memory must be (weights, activations): two sequences of "
+                                f"bytes per layer, got {memory!r}.")
+    w, a = (_costs(f"memory[{n}]", v) for n, v in enumerate(memory))
+    if len(w) != k or len(a) != k:
+        raise ArgumentError(f"memory needs {k} weights and {k} activations, one per layer.")
+    wp, ap = [0.0, *_accumulate(w)], [0.0, *_accumulate(a)]
+
+    def fits(i, j, s, c):
+        held = wp[j] - wp[i] + min(c, microbatches) * (ap[j] - ap[i])
+        return held / math.prod(s) <= limit
+
+    return fits
+
+
+def _dp(t, k, devices, shapes, t_max, fits):
+    """(least Σ t_i, stages) over layers [0, k) on exactly ``devices``, each stage ≤ t_max and
+    fitting; the state (first layer, devices left, stages left) as Alpa's."""
     inf = math.inf
-    f = [[inf] * (devices + 1) for _ in range(k + 1)]
-    choice = [[None] * (devices + 1) for _ in range(k + 1)]
-    f[k][0] = 0.0
+    # f[(i, d, c)]: least Σ t of layers [i, k) on d devices in exactly c stages
+    f, choice = {(k, 0, 0): 0.0}, {}
     for i in range(k - 1, -1, -1):
         for d in range(1, devices + 1):
-            for s in shapes:
-                n = math.prod(s)
-                if n > d:
-                    continue
-                for j in range(i + 1, k + 1):
-                    ti = t(i, j, s)
-                    if ti > t_max:
-                        break  # longer stages only get slower
-                    value = ti + f[j][d - n]
-                    if value < f[i][d]:
-                        f[i][d], choice[i][d] = value, (j, s)
-    if f[0][devices] == inf:
+            for c in range(1, min(k - i, d) + 1):
+                best = inf
+                for s in shapes:
+                    n = math.prod(s)
+                    if n > d:
+                        continue
+                    for j in range(i + 1, k - c + 2):
+                        ti = t(i, j, s)
+                        if ti > t_max:
+                            break  # longer stages only get slower
+                        rest = f.get((j, d - n, c - 1), inf)
+                        if ti + rest < best and fits(i, j, s, c):
+                            best, choice[(i, d, c)] = ti + rest, (j, s)
+                if best < inf:
+                    f[(i, d, c)] = best
+    ends = [(f[(0, devices, c)], c) for c in range(1, k + 1) if (0, devices, c) in f]
+    if not ends:
         return None
+    value, c = min(ends)
     out, i, d = [], 0, devices
     while i < k:
-        j, s = choice[i][d]
+        j, s = choice[(i, d, c)]
         out.append(((i, j), s))
-        i, d = j, d - math.prod(s)
-    return f[0][devices], out
+        i, d, c = j, d - math.prod(s), c - 1
+    return value, out
 
 
-def brute_stages(layer_costs, devices: int, microbatches: int, submeshes) -> Stages:
+def brute_stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
+                 memory_limit=None) -> Stages:
     """Every contiguous split × submesh assignment using exactly ``devices`` (small cases)."""
     devices, microbatches, shapes = _check(devices, microbatches, submeshes)
     costs = _table(layer_costs, shapes)
@@ -202,12 +240,14 @@ def brute_stages(layer_costs, devices: int, microbatches: int, submeshes) -> Sta
                       n * k * k / 2 * k * k * devices * n / 2, SEARCH_WORK,
                       "Group the layers into fewer, larger blocks (sum their costs), or offer "
                       "fewer submesh shapes or devices.")
+    fits = _fits(memory, memory_limit, k, microbatches)
     best, best_value = None, math.inf
 
     def walk(i, d, picked):
         nonlocal best, best_value
         if i == k:
-            if d == 0:
+            n = len(picked)
+            if d == 0 and all(fits(a, b, s, n - q) for q, ((a, b), s) in enumerate(picked)):
                 plan = Stages(tuple(b for b, _ in picked), tuple(s for _, s in picked),
                               tuple(sum(costs[s][a:b]) for (a, b), s in picked), microbatches)
                 if plan.latency < best_value:
@@ -223,3 +263,35 @@ def brute_stages(layer_costs, devices: int, microbatches: int, submeshes) -> Sta
         raise _none(devices, [math.prod(s) for s in shapes])
     return best
 
+
+
+def submesh_costs(layers, submeshes, system) -> dict[tuple[int, ...], list[float]]:
+    """Each layer's seconds per microbatch on each submesh, from the intra-op ILP: the cost of
+    :func:`tpviz.autoshard.solve` on a mesh of the submesh's shape (``(1, n)``: one axis "X"
+    of n; ``(a, b)``: "X" of a × "Y" of b). Alpa profiles each candidate stage's whole subgraph;
+    here a stage's time is the sum of its layers' (no resharding between them is charged).
+
+    Args:
+        layers: one graph per layer (e.g. ``auto.mlp(..., layers=1)``).
+        submeshes: shapes such as ``[(1, 1), (1, 2), (2, 4)]``.
+        system: a :class:`tpviz.core.cost.System` or its name.
+    """
+    from tpviz.autoshard.solve import solve
+
+    shapes = _check(1, 1, submeshes)[2]
+    graphs = list(layers)
+    if not graphs:
+        raise ArgumentError("layers is empty; give one graph per layer.")
+
+    def mesh(s):
+        sizes = [n for n in s if n > 1] or [1]
+        return dict(zip(("X", "Y", "Z"), sizes, strict=False))
+
+    seen: dict[tuple[int, tuple[int, ...]], float] = {}  # a graph repeated is solved once
+
+    def cost(g, s):
+        if (id(g), s) not in seen:
+            seen[(id(g), s)] = solve(g, mesh(s), system).cost
+        return seen[(id(g), s)]
+
+    return {s: [cost(g, s) for g in graphs] for s in shapes}

@@ -23,8 +23,11 @@ from tpviz.core.exercises import (
 from tpviz.errors import TpvizError
 from tpviz.moe.plan import AXIS, aux_loss, capacity, keep, route, skewed_logits, softmax, top_k
 
-# Exercise 10.2 and 7.3: 8 tokens, top-2 of 4 experts; row t = token t's (first, second) choice
+# The chapter's routing example and Exercise 10.3: 8 tokens, top-2 of 4 experts; row t = token
+# t's (first, second) choice
 CHOICES = np.array([[0, 1], [0, 2], [1, 0], [0, 3], [0, 1], [2, 0], [0, 1], [3, 0]])
+# Exercise 10.2: another group of 8 tokens (its answer is not printed in the chapter)
+DROP_CHOICES = np.array([[1, 0], [1, 2], [1, 3], [2, 1], [1, 0], [3, 2], [1, 2], [0, 1]])
 
 
 @checker("Capacity")
@@ -45,17 +48,22 @@ def check_capacity(answer) -> str:
 
 @checker("Fraction dropped")
 def check_dropped(answer) -> str:
-    """The fraction of token-choices dropped for :data:`CHOICES` with cf = 1.0."""
+    """The fraction of token-choices dropped for :data:`DROP_CHOICES` with cf = 1.0."""
     c = capacity(8, 4, 2, 1.0)
-    over = np.maximum(np.bincount(CHOICES.ravel(), minlength=4) - c, 0).sum()
+    loads = np.bincount(DROP_CHOICES.ravel(), minlength=4)
+    over = np.maximum(loads - c, 0).sum()
     if answer == over:
         raise Wrong("that is the number of dropped choices, not the fraction.",
                     "Divide by the T·k choices.")
-    if answer == over / len(CHOICES):
+    if answer == over / len(DROP_CHOICES):
         raise Wrong("that divides by the tokens.", "Each of the 8 tokens makes 2 choices.")
-    expect_number(answer, over / CHOICES.size, hint="Count the choices per expert: an expert "
-                  "keeps at most C of them; the rest are dropped.")
-    return f"{over} of {CHOICES.size} choices: expert 0 is chosen 8 times and has C = {c} slots."
+    if answer == np.maximum(np.bincount(DROP_CHOICES[:, 0], minlength=4) - c, 0).sum() / 16:
+        raise Wrong("that counts only the first choices against the slots.",
+                    "Every choice, first or second, takes a slot of its expert.")
+    expect_number(answer, over / DROP_CHOICES.size, hint="Count the choices per expert: an "
+                  "expert keeps at most C of them; the rest are dropped.")
+    return (f"{over} of {DROP_CHOICES.size} choices: expert 1 is chosen {loads[1]} times and "
+            f"has C = {c} slots.")
 
 
 @checker("GShard's drop order")
@@ -107,26 +115,70 @@ def check_aux_loss(fn) -> str:
     return "a balanced router gives λ; the gradient reaches the router through P."
 
 
+def _one_all_to_all(program, arrays, hint: str) -> str:
+    """The compiled ``program`` holds one all-to-all of the per-device buffer and nothing else;
+    :class:`Wrong` names what it holds instead."""
+    found = compiled.collectives(program, arrays)
+    kinds = dict(found.kinds())
+    local = arrays.nbytes // N_EXERCISE
+    if kinds == {"all-to-all": 1} and found[0].bytes == local:
+        return (f"one all-to-all of {found[0].bytes:,} bytes per device; each sends "
+                f"{found[0].sent_bytes:,.0f} of them (ring model).")
+    sent, one = found.sent_bytes(), Collective("all-to-all", local, N_EXERCISE).sent_bytes
+    if "all-gather" in kinds:
+        raise Wrong(f"the values are right, but the compiled program all-gathers: every device "
+                    f"receives every buffer, {sent:,.0f} bytes sent per device against "
+                    f"{one:,.0f} for the exchange it needs.", hint)
+    if "all-reduce" in kinds:
+        raise Wrong("the values are right, but the compiled program sums over the devices "
+                    f"(an all-reduce): {sent:,.0f} bytes sent per device against {one:,.0f}.",
+                    hint)
+    if kinds.get("all-to-all", 0) > 1:
+        raise Wrong(f"the values are right, but the program holds {kinds['all-to-all']} "
+                    "all-to-alls where one exchange does it.", hint)
+    raise Wrong(f"the values are right, but the compiled program holds {kinds}; one "
+                "exchange of this device's buffer is all it needs.", hint)
+
+
+N_EXERCISE, E_EXERCISE, C_EXERCISE, H_EXERCISE = 4, 8, 2, 3
+
+
 @checker("Dispatch with all_to_all")
 def check_dispatch(fn) -> str:
     """Per device ``fn(buffer[E, C, H]) -> [E/N, N·C, H]`` on 4 devices: each device receives
     its experts' slots from every group, group by group."""
-    n, e, c, h = 4, 8, 2, 3
+    n, e, c, h = N_EXERCISE, E_EXERCISE, C_EXERCISE, H_EXERCISE
     mesh = mesh_1d(n, AXIS)
     buffers = np.arange(n * e * c * h, dtype=np.float32).reshape(n * e, c, h)  # N buffers
     program = jax.shard_map(fn, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False)
     got = call(program, buffers, what="your dispatch inside shard_map")
     want = buffers.reshape(n, n, e // n, c, h).transpose(1, 2, 0, 3, 4).reshape(e, n * c, h)
-    hint = ("jax.lax.all_to_all(buffer, 'expert', split_axis=0, concat_axis=1, tiled=True) "
-            "sends the d-th block of experts to device d and stacks what arrives by group.")
+    hint = ("Device d needs block d of every group's experts (its own E/N experts), with the "
+            "blocks that arrive stacked along the slot axis, group 0 first.")
+    if hasattr(got, "shape") and tuple(got.shape) == (n * e, c, h):
+        raise Wrong(f"each device returns [E, C, H] = {[e, c, h]}, the buffer's own shape: "
+                    "the slots that arrive are not stacked along the slot axis.", hint)
     expect_array(got, want, what="the dispatched slots (all devices)", hint=hint)
-    found = compiled.collectives(program, buffers)
-    kinds = dict(found.kinds())
-    if kinds != {"all-to-all": 1}:
-        raise Wrong(f"the values are right, but the compiled program holds {kinds}: it moves "
-                    "more than it needs.", hint)
-    return (f"one all-to-all of {found[0].bytes:,} bytes per device; each sends "
-            f"{found[0].sent_bytes:,.0f} of them.")
+    return _one_all_to_all(program, buffers, hint)
+
+
+@checker("Combine with all_to_all")
+def check_combine(fn) -> str:
+    """Per device ``fn(results[E/N, N·C, H]) -> [E, C, H]`` on 4 devices: the inverse of the
+    dispatch; each device gets back its own group's slots from every expert, experts in order."""
+    n, e, c, h = N_EXERCISE, E_EXERCISE, C_EXERCISE, H_EXERCISE
+    mesh = mesh_1d(n, AXIS)
+    results = np.arange(e * n * c * h, dtype=np.float32).reshape(e, n * c, h)  # [E, N·C, H]
+    program = jax.shard_map(fn, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False)
+    got = call(program, results, what="your combine inside shard_map")
+    want = results.reshape(e, n, c, h).transpose(1, 0, 2, 3).reshape(n * e, c, h)
+    hint = ("Group g's slots (slot block g of every expert) go back to device g, where the "
+            "blocks from each device line up along the expert axis, expert 0 first.")
+    if hasattr(got, "shape") and tuple(got.shape) == (e, n * c, h):
+        raise Wrong("each device returns [E/N, N·C, H], the shape it started with: the slots "
+                    "went to the wrong devices or stayed.", hint)
+    expect_array(got, want, what="the combined slots (all devices)", hint=hint)
+    return _one_all_to_all(program, results, hint)
 
 
 @checker("All-to-all bytes per device")
@@ -147,7 +199,7 @@ def check_all_to_all_bytes(answer) -> str:
             "dispatch and combine, forward and backward.")
 
 
-# Exercise 10.7 (design): N = 8 devices, T = 4,096 tokens, H = 4,096, F = 2,048 (fine-grained
+# Exercise 10.8 (design): N = 8 devices, T = 4,096 tokens, H = 4,096, F = 2,048 (fine-grained
 # experts), bf16, top-2, a router of skew 0.2; memory per device: expert weights + 4 buffers.
 DESIGN = {"devices": 8, "tokens": 4096, "hidden": 4096, "ffn": 2048, "top_k": 2, "skew": 0.2,
           "budget": 2**30, "drop_target": 0.01, "factors": (1.0, 1.25, 1.5, 2.0, 3.0)}

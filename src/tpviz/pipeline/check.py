@@ -23,7 +23,7 @@ from tpviz.core.collectives import Collective, Collectives
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import DeviceSetupError
 from tpviz.pipeline import run, spmd
-from tpviz.pipeline.plan import schedule
+from tpviz.pipeline.plan import Schedule, schedule
 from tpviz.pipeline.simulate import simulate
 
 
@@ -104,7 +104,8 @@ def _copies(hlo: str, shape: tuple[int, ...]) -> int:
 def spmd_check(name: str, stages: int = 4, microbatches: int = 8, *, width: int = 16,
                rows: int = 32, slots: int | None = None, seed: int = 0) -> SpmdCheck:
     """Run one training step (loss and gradients) of a ``stages``-layer MLP of ``width`` as one
-    SPMD program under schedule ``name`` (microbatches of ``rows`` rows), and check it.
+    SPMD program under schedule ``name`` (or a :class:`Schedule`, whose sizes then count;
+    microbatches of ``rows`` rows), and check it.
     ``slots`` enlarges the activation stash beyond what the schedule needs (see
     :func:`tpviz.pipeline.spmd.program`).
 
@@ -114,7 +115,8 @@ def spmd_check(name: str, stages: int = 4, microbatches: int = 8, *, width: int 
         ScheduleError: a schedule the SPMD program does not run (interleaved, zb-h1).
         DeviceSetupError: fewer devices than stages.
     """
-    sched = schedule(name, stages, microbatches)
+    sched = name if isinstance(name, Schedule) else schedule(name, stages, microbatches)
+    name, stages, microbatches = sched.name, sched.stages, sched.microbatches
     devices = chosen_devices()
     if len(devices) < stages:
         raise DeviceSetupError(f"{stages} stages need {stages} devices, only {len(devices)}; "

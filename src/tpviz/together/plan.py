@@ -15,7 +15,10 @@ global batch B sequences, microbatch b and m = B/(d·b) microbatches per pipelin
   bubble is (p-1)/(m+p-1) of it (:func:`tpviz.pipeline.bubble_formula`), then the data axis's
   gradient reduction after the flush (exposed);
 - MFU: model FLOPs (:meth:`tpviz.core.hardware.Model.flops`: 6 per weight per token and the
-  attention scores, without recomputation) over (step time × devices × peak FLOP/s).
+  attention scores, without recomputation; for PTD-P's GPT models 72·B·s·L·h²·(1 + s/(6h)
+  + V/(12·L·h)), its eq. 3 without the recomputed forward pass, whose 96·(… + V/(16·L·h))
+  counts the layers 4 times but the output layer 3 times) over (step time × devices × peak
+  FLOP/s).
 
 Context parallelism (``context`` = c > 1, chapter 9): ring attention splits each sequence over c
 devices between the tensor and pipeline axes (stride t). Each device keeps the activations and
