@@ -36,6 +36,9 @@ def free_port() -> int:
 # --- the contract: python -m tpviz.cluster --processes 2 --devices-per-process 4 ------------
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TPVIZ_ENV") in ("colab", "newest"),
+                    reason="the whole cross-process command runs once, in make test (pinned: "
+                           "CI's time); here the cross-process collectives and launch tests run")
 def test_every_topic_equal_across_two_processes():
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "tpviz.cluster", "--processes", "2",
