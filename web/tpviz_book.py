@@ -29,19 +29,30 @@ class AuthorYearLabels(BaseLabelStyle):
     """Labels as ``bibtex_reference_style: author_year`` cites: "Austin et al., 2025"."""
 
     def format_labels(self, sorted_entries):
-        for entry in sorted_entries:
-            people = entry.persons.get("author") or entry.persons.get("editor") or []
-            names = [" ".join(p.last_names) or " ".join(p.first_names) for p in people]
-            names = [re.sub(r"[{}]", "", n) for n in names]
-            if not names:
-                who = re.sub(r"[{}]", "", entry.fields.get("title", entry.key))[:30]
-            elif len(names) == 1:
-                who = names[0]
-            elif len(names) == 2:
-                who = f"{names[0]} and {names[1]}"
+        """Each entry's label; works with the same label get a, b, c after the year."""
+        labels = [self._label(entry) for entry in sorted_entries]
+        seen: dict[str, int] = {}
+        for label in labels:
+            if labels.count(label) == 1:
+                yield label
             else:
-                who = f"{names[0]} et al."
-            yield f"{who}, {entry.fields.get('year', 'n.d.')}"
+                seen[label] = seen.get(label, 0) + 1
+                yield label + "abcdefghijklmnopqrstuvwxyz"[seen[label] - 1]
+
+    @staticmethod
+    def _label(entry) -> str:
+        people = entry.persons.get("author") or entry.persons.get("editor") or []
+        names = [" ".join(p.last_names) or " ".join(p.first_names) for p in people]
+        names = [re.sub(r"[{}]", "", n) for n in names]
+        if not names:
+            who = re.sub(r"[{}]", "", entry.fields.get("title", entry.key))[:30]
+        elif len(names) == 1:
+            who = names[0]
+        elif len(names) == 2:
+            who = f"{names[0]} and {names[1]}"
+        else:
+            who = f"{names[0]} et al."
+        return f"{who}, {entry.fields.get('year', 'n.d.')}"
 
 
 class AuthorYearStyle(UnsrtStyle):
