@@ -69,7 +69,8 @@ _TAGS = re.compile(r"<[^>]+>")
 
 def _words(fragment: str, limit: int = 300) -> str:
     """Plain words of an HTML fragment (maths as its TeX, tags dropped), at most ``limit``."""
-    text = re.sub(r"<(br|/p|/div|/li)\b[^>]*>", " ", fragment)
+    text = re.sub(r'<a class="headerlink"[^>]*>.*?</a>', "", fragment, flags=re.S)
+    text = re.sub(r"<(br|/p|/div|/li)\b[^>]*>", " ", text)
     text = html.unescape(_TAGS.sub("", text))
     text = re.sub(r"\\\(|\\\)|\\\[|\\\]|\$", "", text)
     text = re.sub(r"\\math\w+\{([^}]*)\}", r"\1", text).replace("\\cdot", "·")

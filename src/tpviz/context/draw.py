@@ -7,13 +7,14 @@ from matplotlib.figure import Figure
 
 from tpviz.context.compare import layer
 from tpviz.context.plan import SCHEMES
-from tpviz.core.figures import palette
+from tpviz.core.figures import SMALL_PT, palette
+from tpviz.core.figures import figure as column_figure
 
 
 def balance(flops: dict[str, list[float]]) -> Figure:
     """Bars of each device's FLOPs, one group per layout (``{"contiguous": [...], ...}``), with
     the mean as a dashed line: the step waits for the tallest bar."""
-    fig = Figure(figsize=(7.5, 2.8))
+    fig = column_figure(2.8)
     axes = fig.subplots(1, len(flops), sharey=True, squeeze=False)[0]
     for ax, (name, values) in zip(axes, flops.items(), strict=True):
         values = np.asarray(values, float) / 1e6
@@ -31,7 +32,7 @@ def scaling(sequences, heads: int, hidden: int, devices: int, system: str = "H10
             causal: bool = True) -> Figure:
     """Per layer and device, against the sequence: bytes sent, exposed communication time and
     activation memory of each scheme (a scheme that cannot split the heads is left out)."""
-    fig = Figure(figsize=(9.5, 3.0))
+    fig = column_figure(3.2)
     axes = fig.subplots(1, 3)
     colours = dict(zip(SCHEMES, palette(3), strict=True))
     for scheme in SCHEMES:
@@ -47,8 +48,9 @@ def scaling(sequences, heads: int, hidden: int, devices: int, system: str = "H10
                          strict=True):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("sequence S")
-        ax.set_title(title, fontsize=10)
-    axes[0].legend(fontsize=8)
+        ax.set_xlabel("sequence S", fontsize=SMALL_PT)
+        ax.set_title(title.replace(", ", ",\n"), fontsize=SMALL_PT)
+        ax.tick_params(labelsize=SMALL_PT)
+    axes[0].legend(fontsize=SMALL_PT)
     fig.tight_layout()
     return fig

@@ -5,7 +5,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.core import layout
-from tpviz.core.live import FONT, Grid, LiveFigure, notes
+from tpviz.core.live import FONT, OUTLINE, Grid, LiveFigure, notes
 from tpviz.core.notation import parse
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.layouts.draw import sharding
@@ -55,7 +55,7 @@ def layout_chart(base):
     import altair as alt
 
     cells = base.transform_filter("isValid(datum.who)")
-    rect = cells.mark_rect(stroke="white", strokeWidth=2).encode(
+    rect = cells.mark_rect(stroke=OUTLINE, strokeWidth=1).encode(
         x=alt.X("c0:Q", title="column J", scale=alt.Scale(nice=False)), x2="c1:Q",
         y=alt.Y("r0:Q", title="row I", scale=alt.Scale(reverse=True, nice=False)), y2="r1:Q",
         color=alt.Color("first:N", legend=None, scale=alt.Scale(scheme="tableau10")))
