@@ -80,7 +80,8 @@ def _words(fragment: str, limit: int = 300) -> str:
 
 
 def _is_path(alt: str) -> bool:
-    return not alt or "/" in alt or "\\" in alt or re.search(r"\.(png|gif|svg|jpe?g)$", alt)
+    """An alt text that is empty or a file's name or path (myst-nb writes the path)."""
+    return not alt.strip() or re.fullmatch(r"\S*[/\\]\S*|\S+\.(png|gif|svg|jpe?g)", alt.strip())
 
 
 def alt_texts(body: str) -> str:

@@ -25,6 +25,8 @@ BUDGET_MS = 50  # a live figure updates within this after a control moves (input
 # a static figure this wide or narrower must be shown at >= 0.8 of its width at 1280 px (wider
 # ones: dense charts a reader enlarges with a click, tpviz-figures.js)
 MAX_FIGURE_PX = 1000
+# an alt text that is a file name or path, not words ("1/4 of both" is words)
+FILE_NAME = r"\S*[/\\]\S*|\S+\.(png|gif|svg|jpe?g)"
 
 
 def chromium_path() -> str:
@@ -107,7 +109,7 @@ def page_problems(seen: dict, phone: bool = False) -> list[str]:
         if not f["label"].strip():
             bad.append(f"{f['name']}: the chart has no aria-label")
     for i in seen["images"]:
-        if not i["alt"].strip() or re.search(r"[/\\]|\.(png|gif|svg|jpe?g)$", i["alt"]):
+        if not i["alt"].strip() or re.fullmatch(FILE_NAME, i["alt"].strip()):
             bad.append(f"image {i['src']}: alt text {i['alt']!r} is not a description")
         if not phone and i["shown"] < 0.8 * min(i["natural"], MAX_FIGURE_PX):
             bad.append(f"image {i['src']}: shown at {i['shown'] / i['natural']:.2f} of its "
