@@ -68,7 +68,7 @@ def zoo_rows(name: str, stages: int, microbatches: int, split: bool) -> list[dic
             colour = op_colour(base[v % len(base)], op.kind)
             rows.append({"device": f"D{d}", "start": a, "end": b,
                          "label": f"{op.kind}{op.microbatch}", "colour": to_hex(colour),
-                         "ink": text_colour(colour)})
+                         "ink": text_colour(colour), "span": t.makespan})
     rows.append({"note": summary(t)})
     return rows
 

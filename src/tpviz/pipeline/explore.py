@@ -86,11 +86,11 @@ def gantt_chart(base):
         x=alt.X("start:Q", title="time (one forward through a stage = 1)"), x2="end:Q", y=y,
         color=alt.Color("colour:N", scale=None), tooltip=["label:N", "start:Q", "end:Q"])
     # a label only where its box is wide enough at the width the chart is drawn (PLOT_PX)
-    text = ops.transform_calculate(mid="(datum.start + datum.end) / 2").mark_text(
-        fontSize=FONT - 1).encode(
-        x="mid:Q", y=y, text="label:N", color=alt.Color("ink:N", scale=None),
-        opacity=alt.condition(f"(datum.end - datum.start) / datum.span * {PLOT_PX} >= 22",
-                              alt.value(1), alt.value(0)))
+    # (filtered out, not hidden: fewer text marks to draw on every move)
+    text = ops.transform_filter(f"(datum.end - datum.start) / datum.span * {PLOT_PX} >= 22"
+                                ).transform_calculate(mid="(datum.start + datum.end) / 2"
+                                                      ).mark_text(fontSize=FONT - 1).encode(
+        x="mid:Q", y=y, text="label:N", color=alt.Color("ink:N", scale=None))
     chart = alt.layer(boxes, text).properties(width=640, height={"step": 22},
                                               view=alt.ViewBackground(fill="#e6e6e6"))
     return alt.vconcat(notes(base), chart)
