@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
 from tpviz.core.figures import figure as column_figure
-from tpviz.pipeline.draw import IDLE
+from tpviz.pipeline.draw import IDLE, time_axes
 from tpviz.pipeline.simulate import Timeline
 
 SHADE = {"F": 0.0, "B": 0.55, "BW": 0.55, "W": -0.4}  # B lighter, W darker than F
@@ -79,13 +79,7 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
                 if x1 - x0 >= 0.04 * t.makespan:
                     ax.text((x0 + x1) / 2, d, f"{op.kind}{op.microbatch}", ha="center",
                             va="center", fontsize=SMALL_PT, color=text_colour(c))
-    ax.set_facecolor(IDLE)
-    ax.set_xlim(0, t.makespan)
-    ax.set_ylim(s.stages - 0.5, -0.5)
-    step = max(1, s.stages // 8)
-    ax.set_yticks(range(0, s.stages, step), [f"D{d}" for d in range(0, s.stages, step)])
-    ax.set_xlabel("time (one forward through a stage = 1)", fontsize=SMALL_PT)
-    ax.tick_params(labelsize=SMALL_PT)
+    time_axes(ax, t)
     ax.set_title(f"{s.name}: p = {s.stages}, m = {s.microbatches}; colour = weight version "
                  f"read (0 … {top}).\nF full, B lighter, W darker; grey = idle",
                  fontsize=SMALL_PT, loc="left")

@@ -107,6 +107,21 @@ def _none(devices, sizes) -> ArgumentError:
 SEARCH_WORK = 2e6  # an upper bound of the search's steps (most stop far earlier)
 
 
+def _prepared(layer_costs, devices, microbatches, submeshes, memory, memory_limit):
+    """Checked arguments, the stage-time table, the layer count and the memory test that the
+    DP and the brute force share (the search's work is bounded before it starts)."""
+    devices, microbatches, shapes = _check(devices, microbatches, submeshes)
+    costs = _table(layer_costs, shapes)
+    k = len(next(iter(costs.values())))
+    if len(shapes) > 1 or isinstance(layer_costs, Mapping):  # the search over stage times
+        n = len(shapes)
+        check.bounded("the stage search's work, (n·L²/2 stage times) × L² × N × n",
+                      n * k * k / 2 * k * k * devices * n / 2, SEARCH_WORK,
+                      "Group the layers into fewer, larger blocks (sum their costs), or offer "
+                      "fewer submesh shapes or devices.")
+    return devices, microbatches, shapes, costs, k, _fits(memory, memory_limit, k, microbatches)
+
+
 def stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
            memory_limit=None) -> Stages:
     """Contiguous stages and a submesh for each, minimising ``Σ t_i + (m − 1) · max t_i``.
@@ -128,16 +143,8 @@ def stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
     Raises:
         ArgumentError: bad sizes or costs, or no split that uses exactly ``devices`` (and fits).
     """
-    devices, microbatches, shapes = _check(devices, microbatches, submeshes)
-    costs = _table(layer_costs, shapes)
-    k = len(next(iter(costs.values())))
-    if len(shapes) > 1 or isinstance(layer_costs, Mapping):  # the search over stage times
-        n = len(shapes)
-        check.bounded("the stage search's work, (n·L²/2 stage times) × L² × N × n",
-                      n * k * k / 2 * k * k * devices * n / 2, SEARCH_WORK,
-                      "Group the layers into fewer, larger blocks (sum their costs), or offer "
-                      "fewer submesh shapes or devices.")
-    fits = _fits(memory, memory_limit, k, microbatches)
+    devices, microbatches, shapes, costs, k, fits = _prepared(
+        layer_costs, devices, microbatches, submeshes, memory, memory_limit)
     if len(shapes) == 1 and not isinstance(layer_costs, Mapping) and memory_limit is None:
         s, n = shapes[0], math.prod(shapes[0])  # one shape: balance the stages
         p = devices // n
@@ -231,16 +238,8 @@ def _dp(t, k, devices, shapes, t_max, fits):
 def brute_stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
                  memory_limit=None) -> Stages:
     """Every contiguous split × submesh assignment using exactly ``devices`` (small cases)."""
-    devices, microbatches, shapes = _check(devices, microbatches, submeshes)
-    costs = _table(layer_costs, shapes)
-    k = len(next(iter(costs.values())))
-    if len(shapes) > 1 or isinstance(layer_costs, Mapping):  # the search over stage times
-        n = len(shapes)
-        check.bounded("the stage search's work, (n·L²/2 stage times) × L² × N × n",
-                      n * k * k / 2 * k * k * devices * n / 2, SEARCH_WORK,
-                      "Group the layers into fewer, larger blocks (sum their costs), or offer "
-                      "fewer submesh shapes or devices.")
-    fits = _fits(memory, memory_limit, k, microbatches)
+    devices, microbatches, shapes, costs, k, fits = _prepared(
+        layer_costs, devices, microbatches, submeshes, memory, memory_limit)
     best, best_value = None, math.inf
 
     def walk(i, d, picked):

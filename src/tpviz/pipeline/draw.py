@@ -40,18 +40,24 @@ def gantt(t: Timeline, ax=None, title: str | None = None,
         _raster(ax, t, shades)
     else:
         _boxes(ax, t, shades, labels=count <= LABEL_UP_TO if labels is None else labels)
-    ax.set_facecolor(IDLE)
-    ax.set_xlim(0, t.makespan)
-    ax.set_ylim(s.stages - 0.5, -0.5)
-    step = max(1, s.stages // 8)
-    ax.set_yticks(range(0, s.stages, step), [f"D{d}" for d in range(0, s.stages, step)])
-    ax.set_xlabel("time (one forward through a stage = 1)", fontsize=SMALL_PT)
-    ax.tick_params(labelsize=SMALL_PT)
+    time_axes(ax, t)
     chunks = f", {s.chunks} chunks per device" if s.chunks > 1 else ""
     ax.set_title(title or f"{s.name}: {s.stages} stages, {s.microbatches} microbatches{chunks} — "
                  f"bubble {t.bubble_fraction:.1%} (grey).\nColour = microbatch; F full, B "
                  "lighter, W darker", fontsize=SMALL_PT, loc="left")
     return ax.figure
+
+
+def time_axes(ax, t: Timeline) -> None:
+    """The axes every Gantt chart shares: devices down, time across, idle time grey."""
+    stages = t.schedule.stages
+    ax.set_facecolor(IDLE)
+    ax.set_xlim(0, t.makespan)
+    ax.set_ylim(stages - 0.5, -0.5)
+    step = max(1, stages // 8)
+    ax.set_yticks(range(0, stages, step), [f"D{d}" for d in range(0, stages, step)])
+    ax.set_xlabel("time (one forward through a stage = 1)", fontsize=SMALL_PT)
+    ax.tick_params(labelsize=SMALL_PT)
 
 
 def _boxes(ax, t: Timeline, shades: dict, labels: bool) -> None:
