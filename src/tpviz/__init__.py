@@ -4,40 +4,14 @@ Start every notebook with ``tpviz.setup_devices(8)``. Every topic is a package w
 rooms (``plan``, ``run``, ``check``, ``draw``, ``explore``, ``exercises``) built on
 :mod:`tpviz.core`; ``TOPICS`` lists them in chapter order. ``tpviz.exercises`` gathers every
 checker.
+
+Topics are imported when first used (``tpviz.pipeline``, ``tpviz.explore_zero``, ...), so that
+``import tpviz`` costs a chapter only the topics it touches (PEP 562).
 """
 
-from tpviz import (
-    asyncpipe,
-    autoshard,
-    collectives,
-    context,
-    core,
-    errors,
-    exercises,
-    layouts,
-    machines,
-    matmul,
-    megatron,
-    mesh2d,
-    moe,
-    pipeline,
-    together,
-    zero,
-)
-from tpviz.asyncpipe import explore_zoo
-from tpviz.autoshard import explore_autoshard
-from tpviz.collectives import explore_collectives
-from tpviz.context import explore_context
+import importlib
+
 from tpviz.devices import make_mesh, setup_devices
-from tpviz.layouts import explore_layout
-from tpviz.machines import explore_network, explore_roofline
-from tpviz.matmul import explore_matmul
-from tpviz.megatron import explore_megatron
-from tpviz.mesh2d import explore_mesh2d
-from tpviz.moe import explore_moe
-from tpviz.pipeline import explore_pipeline
-from tpviz.together import explore_together
-from tpviz.zero import explore_zero
 
 # the topics, in chapter order
 TOPICS = (
@@ -55,17 +29,37 @@ TOPICS = (
     "together",
     "autoshard",
 )
+_MODULES = (*TOPICS, "core", "errors", "exercises")
+# each live explorer, by the topic that defines it
+_EXPLORERS = {
+    "explore_layout": "layouts",
+    "explore_collectives": "collectives",
+    "explore_network": "machines",
+    "explore_roofline": "machines",
+    "explore_matmul": "matmul",
+    "explore_megatron": "megatron",
+    "explore_zero": "zero",
+    "explore_mesh2d": "mesh2d",
+    "explore_pipeline": "pipeline",
+    "explore_zoo": "asyncpipe",
+    "explore_context": "context",
+    "explore_moe": "moe",
+    "explore_together": "together",
+    "explore_autoshard": "autoshard",
+}
 
-__all__ = ["TOPICS", "asyncpipe", "autoshard", "collectives", "core", "errors", "exercises",
-           "explore_autoshard", "explore_collectives", "explore_layout", "explore_matmul",
-           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_network",
-           "explore_pipeline", "explore_roofline", "explore_together", "explore_zero",
-           "explore_zoo", "layouts", "machines", "make_mesh", "matmul", "megatron", "mesh2d",
-           "moe", "pipeline", "setup_devices", "together", "zero"]
-__all__ = ["TOPICS", "autoshard", "collectives", "context", "core", "errors", "exercises",
-           "explore_autoshard", "explore_collectives", "explore_context", "explore_layout",
-           "explore_matmul",
-           "explore_megatron", "explore_mesh2d", "explore_moe", "explore_pipeline",
-           "explore_together", "explore_zero", "layouts", "make_mesh", "matmul", "megatron",
-           "mesh2d", "moe", "pipeline", "setup_devices", "together", "zero"]
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return importlib.import_module(f"tpviz.{name}")
+    if name in _EXPLORERS:
+        return getattr(importlib.import_module(f"tpviz.{_EXPLORERS[name]}"), name)
+    raise AttributeError(f"module 'tpviz' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+__all__ = ["TOPICS", "make_mesh", "setup_devices", *_MODULES, *_EXPLORERS]
 __version__ = "0.2.0"

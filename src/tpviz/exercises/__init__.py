@@ -1,236 +1,164 @@
 """Every topic's exercise checkers in one place, for the notebooks: ``tpviz.exercises.check_x``.
 
 The checkers live in each topic's ``exercises`` room; the framework in :mod:`tpviz.core.exercises`.
+A checker's topic is imported when the checker is first used (PEP 562), so a chapter pays only
+for its own topics.
 """
 
-from tpviz.asyncpipe.exercises import (
-    check_chimera,
-    check_dualpipe_idle,
-    check_memory_cap,
-    check_staleness,
-    check_two_bw,
-    check_weight_memory,
-)
-from tpviz.autoshard.builds import check_megatron_shardings
-from tpviz.autoshard.exercises import (
-    check_column_parallel_bytes,
-    check_edge_bytes,
-    check_edge_constraints,
-    check_gelu_layout,
-    check_greedy_trap,
-    check_stages,
-    check_switch_batch,
-)
-from tpviz.collectives.exercises import (
-    check_bucket_size,
-    check_crossover,
-    check_dp_gradients,
-    check_ring_bytes,
-    check_ring_reduce_scatter,
-    check_same_as_big_batch,
-    check_server_seconds,
-)
-from tpviz.context.exercises import (
-    check_causal_imbalance,
-    check_context_design,
-    check_online_combine,
-    check_ring_attention_bytes,
-    check_ring_step,
-    check_ulysses_ratio,
-)
-from tpviz.core.exercises import ExerciseFailed, NotAttempted, Wrong, checker
-from tpviz.layouts.exercises import (
-    check_block_notation,
-    check_bytes_per_device,
-    check_explicit_reshard,
-    check_fit_layout,
-    check_holders,
-    check_rows_over_mesh,
-    check_total,
-)
-from tpviz.machines.exercises import (
-    check_fast_gather,
-    check_hop_crossover,
-    check_matmul_ridge,
-    check_pod_design,
-    check_ring_all_to_all,
-    check_sharp,
-    check_torus_price,
-    check_wraparound,
-)
-from tpviz.matmul.exercises import (
-    check_all_gather_bytes,
-    check_cases,
-    check_column_parallel,
-    check_fsdp_matmul,
-    check_latency_crossover,
-    check_matmul_design,
-    check_reduce_scatter,
-)
-from tpviz.megatron.exercises import (
-    check_all_reduces,
-    check_conjugates,
-    check_row_parallel,
-    check_sequence_parallel,
-    check_tp_bytes,
-    check_tp_degree,
-    check_weight_bytes,
-)
-from tpviz.mesh2d.exercises import (
-    check_best_mesh,
-    check_compute_bound_batch,
-    check_final_reduce_scatter,
-    check_mesh_design,
-    check_mlp2d,
-    check_step_shardings,
-    check_weights_held,
-)
-from tpviz.moe.exercises import (
-    check_all_to_all_bytes,
-    check_aux_loss,
-    check_capacity,
-    check_combine,
-    check_design,
-    check_dispatch,
-    check_dropped,
-    check_keep,
-)
-from tpviz.pipeline.exercises import (
-    check_balance,
-    check_bubble,
-    check_microbatches,
-    check_one_f_one_b,
-    check_pipeline_design,
-    check_small_stash,
-    check_tick,
-    check_weight_versions,
-)
-from tpviz.pytorch.exercises import (
-    check_fsdp_bytes,
-    check_fsdp_collectives,
-    check_jax_to_torch,
-    check_pipeline_split,
-    check_schedule_design,
-    check_tp_plan,
-)
-from tpviz.together.exercises import (
-    check_3d_bubble,
-    check_3d_design,
-    check_first_stage,
-    check_grid_mlp,
-    check_grid_reduce_scatter,
-    check_layer_activations,
-    check_selective_saving,
-    check_tensor_group,
-)
-from tpviz.zero.exercises import (
-    check_fewest_devices,
-    check_grad_reduce_scatter,
-    check_stage3_bytes,
-    check_stage3_ratio,
-    check_zero1_step,
-    check_zero_design,
-    check_zero_memory,
-)
+import importlib
 
-__all__ = [  # noqa: RUF022 (chapter 8's checkers appended last, for clean merges)
-    "ExerciseFailed",
-    "NotAttempted",
-    "Wrong",
-    "check_3d_bubble",
-    "check_3d_design",
-    "check_all_gather_bytes",
-    "check_all_reduces",
-    "check_all_to_all_bytes",
-    "check_aux_loss",
-    "check_balance",
-    "check_best_mesh",
-    "check_block_notation",
-    "check_bubble",
-    "check_bucket_size",
-    "check_bytes_per_device",
-    "check_capacity",
-    "check_cases",
-    "check_causal_imbalance",
-    "check_column_parallel",
-    "check_column_parallel_bytes",
-    "check_combine",
-    "check_compute_bound_batch",
-    "check_conjugates",
-    "check_context_design",
-    "check_crossover",
-    "check_design",
-    "check_dispatch",
-    "check_dp_gradients",
-    "check_dropped",
-    "check_edge_bytes",
-    "check_edge_constraints",
-    "check_explicit_reshard",
-    "check_fewest_devices",
-    "check_final_reduce_scatter",
-    "check_first_stage",
-    "check_fit_layout",
-    "check_fsdp_bytes",
-    "check_fsdp_collectives",
-    "check_fsdp_matmul",
-    "check_gelu_layout",
-    "check_grad_reduce_scatter",
-    "check_greedy_trap",
-    "check_grid_mlp",
-    "check_grid_reduce_scatter",
-    "check_holders",
-    "check_jax_to_torch",
-    "check_keep",
-    "check_latency_crossover",
-    "check_layer_activations",
-    "check_matmul_design",
-    "check_megatron_shardings",
-    "check_mesh_design",
-    "check_microbatches",
-    "check_mlp2d",
-    "check_one_f_one_b",
-    "check_online_combine",
-    "check_pipeline_design",
-    "check_pipeline_split",
-    "check_reduce_scatter",
-    "check_ring_attention_bytes",
-    "check_ring_bytes",
-    "check_ring_reduce_scatter",
-    "check_ring_step",
-    "check_row_parallel",
-    "check_rows_over_mesh",
-    "check_same_as_big_batch",
-    "check_schedule_design",
-    "check_selective_saving",
-    "check_sequence_parallel",
-    "check_server_seconds",
-    "check_small_stash",
-    "check_stage3_bytes",
-    "check_stage3_ratio",
-    "check_stages",
-    "check_step_shardings",
-    "check_switch_batch",
-    "check_tensor_group",
-    "check_tick",
-    "check_total",
-    "check_tp_bytes",
-    "check_tp_degree",
-    "check_tp_plan",
-    "check_ulysses_ratio",
-    "check_weight_bytes",
-    "check_weight_versions",
-    "check_weights_held",
-    "check_zero1_step",
-    "check_zero_design",
-    "check_zero_memory",
-    "checker",
-    "check_chimera",
-    "check_dualpipe_idle",
-    "check_memory_cap",
-    "check_staleness",
-    "check_two_bw",
-    "check_weight_memory",
-]
-__all__ += ["check_fast_gather", "check_hop_crossover", "check_matmul_ridge",  # chapter 2
-            "check_pod_design", "check_ring_all_to_all", "check_sharp", "check_torus_price",
-            "check_wraparound"]
+# module -> the checkers (and framework names) it defines
+_HOMES = {
+    "tpviz.asyncpipe.exercises": (
+        "check_chimera",
+        "check_dualpipe_idle",
+        "check_memory_cap",
+        "check_staleness",
+        "check_two_bw",
+        "check_weight_memory",
+    ),
+    "tpviz.autoshard.builds": (
+        "check_megatron_shardings",
+    ),
+    "tpviz.autoshard.exercises": (
+        "check_column_parallel_bytes",
+        "check_edge_bytes",
+        "check_edge_constraints",
+        "check_gelu_layout",
+        "check_greedy_trap",
+        "check_stages",
+        "check_switch_batch",
+    ),
+    "tpviz.collectives.exercises": (
+        "check_bucket_size",
+        "check_crossover",
+        "check_dp_gradients",
+        "check_ring_bytes",
+        "check_ring_reduce_scatter",
+        "check_same_as_big_batch",
+        "check_server_seconds",
+    ),
+    "tpviz.context.exercises": (
+        "check_causal_imbalance",
+        "check_context_design",
+        "check_online_combine",
+        "check_ring_attention_bytes",
+        "check_ring_step",
+        "check_ulysses_ratio",
+    ),
+    "tpviz.core.exercises": (
+        "ExerciseFailed",
+        "NotAttempted",
+        "Wrong",
+        "checker",
+    ),
+    "tpviz.layouts.exercises": (
+        "check_block_notation",
+        "check_bytes_per_device",
+        "check_explicit_reshard",
+        "check_fit_layout",
+        "check_holders",
+        "check_rows_over_mesh",
+        "check_total",
+    ),
+    "tpviz.machines.exercises": (
+        "check_fast_gather",
+        "check_hop_crossover",
+        "check_matmul_ridge",
+        "check_pod_design",
+        "check_ring_all_to_all",
+        "check_sharp",
+        "check_torus_price",
+        "check_wraparound",
+    ),
+    "tpviz.matmul.exercises": (
+        "check_all_gather_bytes",
+        "check_cases",
+        "check_column_parallel",
+        "check_fsdp_matmul",
+        "check_latency_crossover",
+        "check_matmul_design",
+        "check_reduce_scatter",
+    ),
+    "tpviz.megatron.exercises": (
+        "check_all_reduces",
+        "check_conjugates",
+        "check_row_parallel",
+        "check_sequence_parallel",
+        "check_tp_bytes",
+        "check_tp_degree",
+        "check_weight_bytes",
+    ),
+    "tpviz.mesh2d.exercises": (
+        "check_best_mesh",
+        "check_compute_bound_batch",
+        "check_final_reduce_scatter",
+        "check_mesh_design",
+        "check_mlp2d",
+        "check_step_shardings",
+        "check_weights_held",
+    ),
+    "tpviz.moe.exercises": (
+        "check_all_to_all_bytes",
+        "check_aux_loss",
+        "check_capacity",
+        "check_combine",
+        "check_design",
+        "check_dispatch",
+        "check_dropped",
+        "check_keep",
+    ),
+    "tpviz.pipeline.exercises": (
+        "check_balance",
+        "check_bubble",
+        "check_microbatches",
+        "check_one_f_one_b",
+        "check_pipeline_design",
+        "check_small_stash",
+        "check_tick",
+        "check_weight_versions",
+    ),
+    "tpviz.pytorch.exercises": (
+        "check_fsdp_bytes",
+        "check_fsdp_collectives",
+        "check_jax_to_torch",
+        "check_pipeline_split",
+        "check_schedule_design",
+        "check_tp_plan",
+    ),
+    "tpviz.together.exercises": (
+        "check_3d_bubble",
+        "check_3d_design",
+        "check_first_stage",
+        "check_grid_mlp",
+        "check_grid_reduce_scatter",
+        "check_layer_activations",
+        "check_selective_saving",
+        "check_tensor_group",
+    ),
+    "tpviz.zero.exercises": (
+        "check_fewest_devices",
+        "check_grad_reduce_scatter",
+        "check_stage3_bytes",
+        "check_stage3_ratio",
+        "check_zero1_step",
+        "check_zero_design",
+        "check_zero_memory",
+    ),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+    raise AttributeError(f"module 'tpviz.exercises' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+__all__ = sorted(_HOME)
