@@ -3,7 +3,7 @@
 import pytest
 
 from tpviz.errors import ScheduleError
-from tpviz.pipeline import schedule, simulate, spmd
+from tpviz.pipeline import schedule, simulate, spmd, steady_state
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
@@ -118,3 +118,51 @@ def test_spmd_refuses_the_interleaved_order_instead_of_a_wrong_loss():
         spmd.ticks(schedule("interleaved", 4, 8))
     for name in ("naive", "gpipe", "1f1b"):
         spmd.ticks(schedule(name, 4, 8))
+
+
+# --- steps back to back (no flush between them: Qi et al.'s optimizer post-validation) ------
+TIMES = [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5), (1.0, 2.0, 1.0), (2.0, 1.0, 1.0), (1.0, 1.5, 0.5)]
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("times", TIMES)
+def test_zb_h2_steady_bubble_is_qi_et_als_p_minus_1_times_tf_tb_minus_2tw(p, times):
+    # Qi et al. 2024, Table 2: ZB-H2's bubble (p-1)(T_F + T_B - 2 T_W), 0 at equal times;
+    # its peak activations (2p-1) M_B on the first device
+    tf, tb, tw = times
+    m = 4 * p
+    ss = steady_state(schedule("zb-h2", p, m), tf, tb, tw)
+    idle = max(0.0, (p - 1) * (tf + tb - 2 * tw))
+    assert ss.period == pytest.approx(m * (tf + tb + tw) + idle)
+    assert ss.bubble_fraction == pytest.approx(idle / (m * (tf + tb + tw) + idle), abs=1e-12)
+    assert max(simulate(schedule("zb-h2", p, m), tf, tb, tw).peak_activations) == 2 * p - 1
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("times", TIMES)
+def test_1f1b_and_zb_h1_gain_nothing_from_overlapping_steps(p, times):
+    # Qi et al. 2024, Table 2: 1F1B (p-1)(T_F+T_B+T_W), ZB-H1 (p-1)(T_F+T_B-T_W). Device 0's
+    # first F and its last backward lie on one chain through every device, so the next step
+    # cannot start earlier: the steady bubble is the flushed one.
+    tf, tb, tw = times
+    m = 2 * p
+    for name, idle in (("1f1b", (p - 1) * (tf + tb + tw)), ("zb-h1", (p - 1) * (tf + tb - tw))):
+        sched = schedule(name, p, m)
+        flushed, ss = simulate(sched, tf, tb, tw), steady_state(sched, tf, tb, tw)
+        assert ss.period == pytest.approx(m * (tf + tb + tw) + idle)
+        assert ss.period == pytest.approx(flushed.makespan)
+        assert ss.bubble_fraction == pytest.approx(flushed.bubble_fraction)
+
+
+@pytest.mark.parametrize("name", ["pipedream", "2bw", "pipemare", "ampnet"])
+def test_asynchronous_schedules_have_no_bubble_in_their_steady_state(name):
+    # no flush at all (Narayanan et al. 2019): the steady state of 1F1B, bubble 0
+    ss = steady_state(schedule(name, 4, 8), 1.0, 2.0)
+    assert ss.bubble_fraction == pytest.approx(0.0, abs=1e-12) and ss.period == 8 * 3.0
+
+
+def test_steady_state_checks_its_arguments_and_timeline_shortcut():
+    with pytest.raises(ScheduleError, match="steps"):
+        steady_state(schedule("1f1b", 2, 4), steps=2)
+    t = simulate(schedule("zb-h2", 4, 8), 1.0, 1.0, 1.0)
+    assert t.steady_bubble == pytest.approx(0.0, abs=1e-12)

@@ -107,8 +107,10 @@ def _needs(op: Op, n: int) -> Op | None:
 
 
 def _zb_h2(p: int, m: int) -> list[list[Op]]:
-    """ZB-H2's memory, ZB-H1's drain: device d warms up with 2(p-d)-1 forwards (Qi et al.'s
-    (2p-1) M_B on device 0), then B, W, F in turn, keeping d W's back for the drain."""
+    """Qi et al.'s parallelogram: device d warms up with 2(p-d)-1 forwards (their (2p-1) M_B
+    on device 0), then B, W, F in turn, keeping 2d W's back for the tail. Device d then runs
+    from d t_F to d t_F + m (t_F + t_B + t_W) without a gap once steps overlap (t_F = t_B = t_W):
+    the next step's warm-up fills the skew (:func:`tpviz.pipeline.simulate.steady_state`)."""
     out = []
     for d in range(p):
         warm = min(2 * (p - d) - 1, m)
@@ -116,7 +118,7 @@ def _zb_h2(p: int, m: int) -> list[list[Op]]:
         for j in range(m):
             ops.append(Op("B", j, d))
             pending.append(Op("W", j, d))
-            if len(pending) > d:
+            if len(pending) > 2 * d:
                 ops.append(pending.pop(0))
             if warm + j < m:
                 ops.append(Op("F", warm + j, d))
