@@ -2,7 +2,8 @@
 
 ``F`` of chunk s needs ``F`` of chunk s - 1 (same microbatch); ``B`` of chunk s needs ``B`` of
 chunk s + 1 (or the last chunk's ``F``); ``W`` needs the ``B`` of its own chunk; ``BW`` (a full
-backward in a schedule that also splits some, DualPipe's) needs what ``B`` needs. Sending
+backward in a schedule that also splits some, DualPipe's) needs what ``B`` needs. An F that opens
+an overlapped F&B pair (``Schedule.paired``, DualPipe) also waits for its backward's input. Sending
 between devices adds ``p2p`` time. The timeline also says which weight version every op read
 (:mod:`tpviz.pipeline.versions`): the staleness and weight copies of each device.
 """
@@ -139,7 +140,10 @@ def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
     else:
         ops = tuple(tuple(Op(k, j * m + i, c) for j in range(steps) for k, i, c in row)
                     for row in sched.ops)
-    many = Schedule(sched.name, sched.stages, m, sched.chunks, ops, sched.placement)
+    pairs = tuple(frozenset(j * len(row) + i for j in range(steps) for i in row_pairs)
+                  for row, row_pairs in zip(sched.ops, sched.paired, strict=True)
+                  ) if sched.paired else ()
+    many = Schedule(sched.name, sched.stages, m, sched.chunks, ops, sched.placement, pairs)
     with no_gc():
         t = _simulate(many, durations, p2p, steps)
     end = [0.0] * steps
@@ -158,6 +162,7 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
     last = n - 1
     split = sched.has_weight_ops
     cost_f, cost_b, cost_w, cost_bw = cost["F"], cost["B"], cost["W"], cost["BW"]
+    pairs = sched.paired
     # finish times, flat per kind: index microbatch * n + chunk; -1 = not run yet
     size = sched.microbatches * n * steps  # steps > 1: microbatch j m + i is step j's i
     fin_f, fin_b, fin_w = [-1.0] * size, [-1.0] * size, [-1.0] * size
@@ -190,6 +195,18 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
                 if p2p and sched.device(mb % sched.microbatches, src % n) != d:
                     ready += p2p
                 if ready > t:
+                    start = ready
+            if pairs and i in pairs[d]:  # an F&B op: the backward's input must be there too
+                mb2, st2 = ops[i + 1][1], ops[i + 1][2]
+                here2 = mb2 * n + st2
+                dep2, src2 = (fin_b, here2 + 1) if st2 < last else (fin_f, here2)
+                ready = dep2[src2]
+                if ready < 0:
+                    waiting.setdefault((dep2 is fin_f, src2), []).append(d)
+                    break
+                if p2p and sched.device(mb2 % sched.microbatches, src2 % n) != d:
+                    ready += p2p
+                if ready > start:
                     start = ready
             t = start + c
             out[here] = t
