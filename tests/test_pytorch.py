@@ -41,6 +41,17 @@ def test_compare_finds_equal_and_different_orders():
         compare("ScheduleNope", as_torch, 3)
 
 
+@pytest.mark.parametrize(("torch_name", "own"), [("ScheduleZBVZeroBubble", "zb-v"),
+                                                  ("ScheduleDualPipeV", "dualpipev")])
+def test_compare_maps_torchs_v_schedules_to_the_zoo_directly(torch_name, own):
+    from tpviz.pytorch.plan import compare
+    ours = schedule(own, 2, 4).ops
+    as_torch = {r: [f"{c}{'B' if k == 'BW' else k}{mb}" for k, mb, c in ops]
+                for r, ops in enumerate(ours)}
+    c = compare(torch_name, as_torch, 4)
+    assert c.exact and c.tpviz_name == own and c.equal
+
+
 def test_fsdp_plan_is_zero_stage_3():
     from tpviz.pytorch.plan import fsdp_plan
     # 3 Linear(16, 16): 3 * 272 parameters of 4 bytes over 4 ranks

@@ -1,9 +1,11 @@
 """Chapter 8's schedule zoo: bubble, staleness and weight copies against each paper's formula."""
 
+import itertools
+
 import pytest
 
 from tpviz.errors import ScheduleError
-from tpviz.pipeline import schedule, simulate, spmd
+from tpviz.pipeline import schedule, simulate, spmd, steady_state
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
@@ -47,13 +49,18 @@ def test_synchronous_schedules_are_never_stale(name):
 
 
 @pytest.mark.parametrize("p", [4, 6, 8])
-def test_chimera_bubble_is_p_minus_2_over_2m_plus_p_minus_2_at_twice_the_weights(p):
-    # Chimera (Li & Hoefler 2021), Table 1: bubble (D-2)/(2N+D-2) with N = D, t_F = t_B;
-    # weights 2 M_theta; activations between (D/2 + 1) M_a and D M_a
-    t = simulate(schedule("chimera", p, p), 1.0, 1.0)
-    assert t.bubble_fraction == pytest.approx((p - 2) / (2 * p + p - 2))
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_chimera_bubble_is_p_minus_2_over_2m_plus_p_minus_2_at_twice_the_weights(p, k):
+    # Chimera (Li & Hoefler 2021), Table 1: bubble (D-2)/(2N+D-2), t_F = t_B; for N > D the
+    # basic units (N = D) are directly concatenated (their Sec. 3.5); weights 2 M_theta;
+    # activations between (D/2 + 1) M_a and D M_a (N = D), at most D M_a for any N
+    m = k * p
+    t = simulate(schedule("chimera", p, m), 1.0, 1.0)
+    assert t.bubble_fraction == pytest.approx((p - 2) / (2 * m + p - 2))
     assert t.weight_copies == (2.0,) * p
-    assert min(t.peak_activations) == p // 2 + 1 and max(t.peak_activations) == p
+    assert max(t.peak_activations) == p
+    if k == 1:
+        assert min(t.peak_activations) == p // 2 + 1
 
 
 @pytest.mark.parametrize("p", [4, 8])
@@ -71,20 +78,40 @@ def test_zb_h2_memory_and_zb_v_memory_against_qi_et_al(p):
 
 
 @pytest.mark.parametrize("p", [4, 8])
-def test_dualpipe_memory_matches_deepseeks_table_and_bubble_stays_within_it(p):
+def test_dualpipe_memory_and_bubble_match_deepseeks_table(p):
     # deepseek-ai/DualPipe README (DeepSeek-AI 2024): PP stages; parameters 2x, activations
-    # PP + 1 per device; bubble (PP/2 - 1)(F&B + B - 3W), B a full backward
-    for tf, tb, tw in [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (2.0, 1.0, 0.5)]:
-        dp = simulate(schedule("dualpipe", p, 2 * p), tf, tb, tw)
-        assert dp.peak_activations == (p + 1,) * p and dp.weight_copies == (2.0,) * p
-        full = tb + tw
-        bound = (p / 2 - 1) * ((tf + full) + full - 3 * tw)
-        assert all(dp.makespan - dp.work(d) <= bound + 1e-9 for d in range(p))
-        # DualPipeV: 2p chunks (PP = 2p stages of half size) on p devices
-        dv = simulate(schedule("dualpipev", p, 2 * p), tf, tb, tw)
-        assert dv.peak_activations == (2 * p + 1,) * p and dv.weight_copies == (1.0,) * p
-        bound = (2 * p / 2 - 1) * ((tf + full) / 2 + full / 2 - 3 * tw / 2)
-        assert all(dv.makespan - dv.work(d) <= bound + 1e-9 for d in range(p))
+    # PP + 1 per device; bubble (PP/2 - 1)(F&B + B - 3W), B a full backward, F&B one
+    # overlapped forward-and-backward op (here F + B: ideal devices overlap no compute)
+    for tf, tb, tw in [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 1.0, 0.5), (0.5, 1.0, 1.0)]:
+        for name, v in (("dualpipe", 1), ("dualpipev", 2)):  # DualPipeV: PP = 2p half stages
+            t = simulate(schedule(name, p, 2 * p), tf, tb, tw)
+            f, full, w, pp = tf / v, (tb + tw) / v, tw / v, p * v
+            idle = (pp / 2 - 1) * ((f + full) + full - 3 * w)
+            assert [t.makespan - t.work(d) for d in range(p)] == pytest.approx([idle] * p)
+            assert t.peak_activations == (pp + 1,) * p
+            assert t.weight_copies == ((2.0,) * p if v == 1 else (1.0,) * p)
+
+
+@pytest.mark.parametrize("name", ["dualpipe", "dualpipev"])
+def test_dualpipe_pays_more_than_the_table_when_a_forward_outlasts_a_backward(name):
+    # the table's idle assumes F <= B (a full backward at least as long as a forward); with
+    # F > B the fused F&B ops wait on the forward chain: 2 (PP/2 - 1)(F - B) more
+    p, v = 4, (2 if name == "dualpipev" else 1)
+    t = simulate(schedule(name, p, 2 * p), 2.0, 1.0, 0.5)
+    f, full, w, pp = 2.0 / v, 1.5 / v, 0.5 / v, p * v
+    table = (pp / 2 - 1) * ((f + full) + full - 3 * w)
+    assert t.makespan - t.work(0) == pytest.approx(table + 2 * (pp / 2 - 1) * (f - full))
+
+
+def test_dualpipe_fused_op_waits_for_both_inputs():
+    s = schedule("dualpipe", 4, 8)
+    assert s.paired and all(s.ops[d][i].kind == "F" and s.ops[d][i + 1].kind in ("B", "BW")
+                            for d in range(4) for i in s.paired[d])
+    t = simulate(s, 1.0, 1.0, 1.0)
+    for d in range(4):
+        spans = t.spans(d)
+        for i in s.paired[d]:  # the backward half runs right after its forward half
+            assert spans[i + 1][1] == spans[i][2]
 
 
 def test_async_schedules_run_the_1f1b_order_without_a_flush():
@@ -118,3 +145,73 @@ def test_spmd_refuses_the_interleaved_order_instead_of_a_wrong_loss():
         spmd.ticks(schedule("interleaved", 4, 8))
     for name in ("naive", "gpipe", "1f1b"):
         spmd.ticks(schedule(name, 4, 8))
+
+
+# --- steps back to back (no flush between them: Qi et al.'s optimizer post-validation) ------
+TIMES = [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5), (1.0, 2.0, 1.0), (2.0, 1.0, 1.0), (1.0, 1.5, 0.5)]
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("times", TIMES)
+def test_zb_h2_steady_bubble_is_qi_et_als_p_minus_1_times_tf_tb_minus_2tw(p, times):
+    # Qi et al. 2024, Table 2: ZB-H2's bubble (p-1)(T_F + T_B - 2 T_W), 0 at equal times;
+    # its peak activations (2p-1) M_B on the first device
+    tf, tb, tw = times
+    m = 4 * p
+    ss = steady_state(schedule("zb-h2", p, m), tf, tb, tw)
+    idle = max(0.0, (p - 1) * (tf + tb - 2 * tw))
+    assert ss.period == pytest.approx(m * (tf + tb + tw) + idle)
+    assert ss.bubble_fraction == pytest.approx(idle / (m * (tf + tb + tw) + idle), abs=1e-12)
+    assert max(simulate(schedule("zb-h2", p, m), tf, tb, tw).peak_activations) == 2 * p - 1
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("times", TIMES)
+def test_1f1b_and_zb_h1_gain_nothing_from_overlapping_steps(p, times):
+    # Qi et al. 2024, Table 2: 1F1B (p-1)(T_F+T_B+T_W), ZB-H1 (p-1)(T_F+T_B-T_W). Device 0's
+    # first F and its last backward lie on one chain through every device, so the next step
+    # cannot start earlier: the steady bubble is the flushed one.
+    tf, tb, tw = times
+    m = 2 * p
+    for name, idle in (("1f1b", (p - 1) * (tf + tb + tw)), ("zb-h1", (p - 1) * (tf + tb - tw))):
+        sched = schedule(name, p, m)
+        flushed, ss = simulate(sched, tf, tb, tw), steady_state(sched, tf, tb, tw)
+        assert ss.period == pytest.approx(m * (tf + tb + tw) + idle)
+        assert ss.period == pytest.approx(flushed.makespan)
+        assert ss.bubble_fraction == pytest.approx(flushed.bubble_fraction)
+
+
+@pytest.mark.parametrize("name", ["pipedream", "2bw", "pipemare", "ampnet"])
+def test_asynchronous_schedules_have_no_bubble_in_their_steady_state(name):
+    # no flush at all (Narayanan et al. 2019): the steady state of 1F1B, bubble 0
+    ss = steady_state(schedule(name, 4, 8), 1.0, 2.0)
+    assert ss.bubble_fraction == pytest.approx(0.0, abs=1e-12) and ss.period == 8 * 3.0
+
+
+def test_steady_state_checks_its_arguments_and_timeline_shortcut():
+    with pytest.raises(ScheduleError, match="steps"):
+        steady_state(schedule("1f1b", 2, 4), steps=2)
+    t = simulate(schedule("zb-h2", 4, 8), 1.0, 1.0, 1.0)
+    assert t.steady_bubble == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_zb_h2_steps_back_to_back_form_a_gap_free_parallelogram(p):
+    # Qi et al. 2024, Fig. 3 / Sec. 2.2: device s starts s t_F late and ends s t_F late;
+    # with the optimizer's post-validation the steps chain with no idle time in between
+    m, steps = 2 * p, 4
+    t = steady_state(schedule("zb-h2", p, m), 1.0, 1.0, 1.0, steps=steps).timeline
+    for d in range(p):
+        spans = t.spans(d)
+        assert spans[0][1] == d and spans[-1][2] == d + steps * 3 * m
+        assert all(b[1] == a[2] for a, b in itertools.pairwise(spans))
+
+
+def test_chimera_dualpipe_and_zb_v_gain_nothing_from_overlap_here():
+    # Chimera and DualPipe(V) start and end every device's step on the dependency chain;
+    # ZB-V as built here (greedy) keeps the gap before device 0's last backward
+    for name, m in (("chimera", 8), ("dualpipe", 8), ("dualpipev", 8), ("zb-v", 8)):
+        times = (1.0, 1.0) if name == "chimera" else (1.0, 1.0, 1.0)
+        sched = schedule(name, 4, m)
+        assert steady_state(sched, *times).bubble_fraction == pytest.approx(
+            simulate(sched, *times).bubble_fraction), name

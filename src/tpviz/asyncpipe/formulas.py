@@ -3,7 +3,9 @@
 Staleness and weight copies are per stage s = 0 … p-1; weight copies count one p-th of the
 model's parameters (one stage of a p-stage pipeline). "idle" is the bubble as idle time of one
 device per step, in units of one forward through a stage (t_F = t_B = t_W = 1, a full backward
-2), as DeepSeek's table writes it; "fraction" is idle / total device-time.
+2), as DeepSeek's table writes it; "fraction" is idle / total device-time. "steady" is the
+bubble per step when steps run back to back without a flush
+(:func:`tpviz.pipeline.steady_state`), the case the zero-bubble papers count.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 from tpviz.core import validate
 from tpviz.errors import ScheduleError
-from tpviz.pipeline import schedule, simulate
+from tpviz.pipeline import schedule, simulate, steady_state
 from tpviz.pipeline.plan import ZOO
 
 #: name -> (source, bubble as the paper writes it, staleness of stage s, weight copies of s)
@@ -23,9 +25,11 @@ FORMULAS = {
     "2bw": ("Narayanan et al. 2021", "no flush: (p−1)/(m+p−1) → 0", "1", "2"),
     "pipemare": ("Yang et al. 2021", "no flush: (p−1)/(m+p−1) → 0", "p−1−s (forward)", "1"),
     "ampnet": ("Gaunt et al. 2017", "no flush: (p−1)/(m+p−1) → 0", "p−1−s (forward)", "1"),
-    "chimera": ("Li & Hoefler 2021", "(p−2)/(2m+p−2) at m = p, t_F = t_B", "0", "2"),
+    "chimera": ("Li & Hoefler 2021", "(p−2)/(2m+p−2), t_F = t_B, m a multiple of p", "0",
+                "2"),
     "zb-h1": ("Qi et al. 2024", "idle (p−1)(t_F+t_B−t_W)", "0", "1"),
-    "zb-h2": ("Qi et al. 2024", "0 when steps overlap, memory (2p−1) M_B", "0", "1"),
+    "zb-h2": ("Qi et al. 2024", "idle (p−1)(t_F+t_B−2t_W) when steps overlap, memory "
+              "(2p−1) M_B", "0", "1"),
     "zb-v": ("Qi et al. 2024", "0 when steps overlap, memory p M_B", "0", "1"),
     "dualpipe": ("DeepSeek-AI 2024", "idle (p/2−1)(F&B+B−3W), activations p+1", "0", "2"),
     "dualpipev": ("DeepSeek-AI 2024", "idle (p−1)(F&B+B−3W) of half chunks, activations 2p+1",
@@ -39,7 +43,8 @@ class Row:
     source: str
     bubble_formula: str
     bubble_paper: float  # the formula's number at this (p, m), nan where it gives none
-    bubble: float  # simulated, fraction of the device-time
+    bubble: float  # simulated, fraction of the device-time (one flushed step)
+    steady: float  # simulated, steps back to back without a flush
     idle: float  # simulated idle time of device 0 per step
     staleness_formula: str
     staleness: tuple[int, ...]  # simulated, per stage
@@ -53,7 +58,7 @@ def paper_bubble(name: str, p: int, m: int) -> float:
     if name in ("1f1b", "pipedream", "2bw", "pipemare", "ampnet"):
         return (p - 1) / (m + p - 1)
     if name == "chimera":
-        return (p - 2) / (2 * m + p - 2) if m == p else float("nan")
+        return (p - 2) / (2 * m + p - 2) if m % p == 0 else float("nan")
     if name in ("zb-h2", "zb-v"):
         return 0.0
     if name == "zb-h1":
@@ -73,13 +78,15 @@ def row(name: str, p: int, m: int) -> Row:
     name = validate.choice("name", name, tuple(FORMULAS), error=ScheduleError)
     # Chimera's formula counts t_F = t_B (a whole backward as long as a forward)
     times = (1.0, 1.0) if name == "chimera" else (1.0, 1.0, 1.0)
-    t = simulate(schedule(name, p, m), *times)
+    sched = schedule(name, p, m)
+    t = simulate(sched, *times)
     source, bubble, stale, copies = FORMULAS[name]
     return Row(name, source, bubble, paper_bubble(name, p, m), t.bubble_fraction,
-               t.makespan - t.work(0), stale, t.staleness, copies, t.weight_copies,
-               t.peak_activations)
+               steady_state(sched, *times).bubble_fraction, t.makespan - t.work(0), stale,
+               t.staleness, copies, t.weight_copies, t.peak_activations)
 
 
 def table(p: int = 4, m: int = 8, names=("1f1b", "zb-h1", *ZOO)) -> list[Row]:
-    """:func:`row` for every schedule (chimera at m = p, its formula's case)."""
-    return [row(n, p, p if n == "chimera" else m) for n in names]
+    """:func:`row` for every schedule (chimera at m rounded down to a multiple of p, its
+    formula's case)."""
+    return [row(n, p, max(p, m - m % p) if n == "chimera" else m) for n in names]

@@ -3,7 +3,8 @@ pipelined model run for real as one SPMD program.
 
 Rooms: ``plan`` (``schedule(name, stages, microbatches, chunks=1)``: every device's ops in order;
 ``balance``: the best contiguous stages), ``simulate`` (``simulate(schedule, forward=1.0,
-backward=2.0)``: when every op runs, the bubble, peak activations; plan level too), ``spmd``
+backward=2.0)``: when every op runs, the bubble, peak activations; plan level too;
+``steady_state``: the bubble per step when steps overlap, no flush between them), ``spmd``
 (the pipelined MLP as one ``jax.jit(jax.shard_map(...))`` program, sends by ``ppermute``),
 ``check`` (``spmd_check(name, stages, microbatches)``: against one device, compiled sends and
 memory), ``run`` (a Python loop issuing ops one by one: a numerics demonstration for the
@@ -15,8 +16,9 @@ from tpviz.pipeline import draw
 from tpviz.pipeline.check import SpmdCheck, spmd_check
 from tpviz.pipeline.explore import explore_pipeline
 from tpviz.pipeline.plan import NAMES, Op, Partition, Schedule, balance, schedule
-from tpviz.pipeline.simulate import Timeline, bubble_formula, simulate
+from tpviz.pipeline.simulate import SteadyState, Timeline, bubble_formula, simulate, steady_state
 
-__all__ = ["NAMES", "Op", "Partition", "Schedule", "ScheduleError", "SpmdCheck", "Timeline",
-           "balance", "bubble_formula", "draw", "explore_pipeline", "schedule", "simulate",
-           "spmd_check"]
+__all__ = ["NAMES", "Op", "Partition", "Schedule", "ScheduleError", "SpmdCheck", "SteadyState",
+           "Timeline", "balance", "bubble_formula", "draw", "explore_pipeline", "schedule",
+           "simulate",
+           "spmd_check", "steady_state"]

@@ -75,7 +75,7 @@ def _boxes(ax, t: Timeline, shades: dict, labels: bool) -> None:
         verts.append(box)
         colour = np.empty((len(a), 3))
         for kind, table in shades.items():
-            colour[kinds == kind] = table[mbs[kinds == kind]]
+            colour[kinds == kind] = table[mbs[kinds == kind] % len(table)]
         faces.append(colour)
         if labels:
             for k, mb, x0, x1, c in zip(kinds, mbs, a, b, colour, strict=True):
@@ -98,7 +98,7 @@ def _raster(ax, t: Timeline, shades: dict, width: int = 1600) -> None:
         for (kind, mb, _), start in zip(s.ops[d], t.starts[d], strict=True):
             a = int(start * scale + 0.5)
             row[:, a:max(a + 1, int((start + t.durations[kind]) * scale + 0.5))] = (
-                shades[kind][mb])
+                shades[kind][mb % len(shades[kind])])
     ax.imshow(image, extent=(0, t.makespan, s.stages - 0.5, -0.5), aspect="auto",
               interpolation="nearest")
 

@@ -39,6 +39,9 @@ class Schedule:
     chunks: int  # model chunks per device
     ops: tuple[tuple[Op, ...], ...]  # ops[d]: device d's ops in order
     placement: str = "loop"  # "loop": chunk c on device c % p; "v"; "bidirectional"
+    #: paired[d]: indices i where ops[d][i] (an F) and ops[d][i+1] (a backward) are one
+    #: overlapped F&B op (DualPipe): it starts when both inputs are ready; () for none
+    paired: tuple[frozenset[int], ...] = ()
 
     @cached_property
     def has_weight_ops(self) -> bool:
@@ -191,8 +194,10 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
 
         with no_gc():
             ops = zoo.build(name, stages, microbatches, _one_f_one_b)
-        return Schedule(name, stages, microbatches, zoo.CHUNKS.get(name, 1),
-                        tuple(tuple(o) for o in ops), zoo.PLACEMENT.get(name, "loop"))
+            pairs = zoo.paired(name, ops)
+            ops = tuple(tuple(Op(*op) for op in row) for row in ops)
+        return Schedule(name, stages, microbatches, zoo.CHUNKS.get(name, 1), ops,
+                        zoo.PLACEMENT.get(name, "loop"), pairs)
     build = {"naive": _naive, "gpipe": _gpipe, "1f1b": _one_f_one_b, "zb-h1": _zb_h1}
     with no_gc():
         ops = (_interleaved(stages, microbatches, chunks) if name == "interleaved"

@@ -2,7 +2,8 @@
 
 ``F`` of chunk s needs ``F`` of chunk s - 1 (same microbatch); ``B`` of chunk s needs ``B`` of
 chunk s + 1 (or the last chunk's ``F``); ``W`` needs the ``B`` of its own chunk; ``BW`` (a full
-backward in a schedule that also splits some, DualPipe's) needs what ``B`` needs. Sending
+backward in a schedule that also splits some, DualPipe's) needs what ``B`` needs. An F that opens
+an overlapped F&B pair (``Schedule.paired``, DualPipe) also waits for its backward's input. Sending
 between devices adds ``p2p`` time. The timeline also says which weight version every op read
 (:mod:`tpviz.pipeline.versions`): the staleness and weight copies of each device.
 """
@@ -34,16 +35,9 @@ class Timeline:
 
     @property
     def steady_bubble(self) -> float:
-        """Idle share of each device's own span (its first op's start to its last op's end),
-        summed over devices: the bubble left when steps overlap, as when Qi et al. bypass the
-        optimizer step's synchronization and the next step's ops fill the skew."""
-        busy = span = 0.0
-        for d in range(self.schedule.stages):
-            spans = self.spans(d)
-            if spans:
-                span += spans[-1][2] - spans[0][1]
-                busy += sum(e - s for _, s, e in spans)
-        return 1 - busy / span if span else 0.0
+        """The bubble per step once steps run back to back without a flush: see
+        :func:`steady_state` (the same op times, 8 steps)."""
+        return steady_state(self.schedule, durations=self.durations).bubble_fraction
 
     def work(self, device: int) -> float:
         """Compute time of one device (the sum of its ops)."""
@@ -83,6 +77,13 @@ def simulate(sched: Schedule, t_f: float | None = None, t_b: float | None = None
     forward = validate.number("forward", forward, positive=True)
     backward = validate.number("backward", backward, positive=True)
     p2p = validate.number("p2p", p2p, minimum=0.0)
+    costs = _costs(sched, forward, backward, t_w)
+    with no_gc():
+        return _simulate(sched, costs, p2p)
+
+
+def _costs(sched: Schedule, forward: float, backward: float, t_w) -> dict[str, float]:
+    """The time of one F, B, W and BW op of ``sched`` (see :func:`simulate`'s arguments)."""
     if t_w is None:
         half = backward / (2 if sched.has_weight_ops else 1)
         costs = {"F": forward, "B": half, "W": backward / 2, "BW": backward}
@@ -90,18 +91,80 @@ def simulate(sched: Schedule, t_f: float | None = None, t_b: float | None = None
         t_w = validate.number("t_w", t_w, positive=True)
         costs = {"F": forward, "B": backward if sched.has_weight_ops else backward + t_w,
                  "W": t_w, "BW": backward + t_w}
+    return {k: c / sched.chunks for k, c in costs.items()}
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Steps run back to back with no flush between them (see :func:`steady_state`)."""
+
+    schedule: Schedule  # one step's schedule
+    steps: int  # steps simulated
+    period: float  # time per step once the pipeline is in its steady state
+    work: float  # compute time of one step, summed over devices
+    bubble_fraction: float  # 1 - work / (p * period)
+    timeline: Timeline  # all steps: microbatch j m + i is microbatch i of step j
+
+
+def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
+                 t_w: float | None = None, *, steps: int = 8, p2p: float = 0.0,
+                 durations: dict[str, float] | None = None) -> SteadyState:
+    """The bubble per step when consecutive steps overlap: no global synchronization between
+    them (Qi et al.'s optimizer *post-validation*), so a device starts its ops of step j + 1
+    as soon as it has finished its ops of step j (its own weight update is local) and their
+    inputs have arrived. Each device runs its op list ``steps`` times in a row; asynchronous
+    schedules (which never flush) run one stream of ``steps * m`` microbatches instead.
+
+    The period is measured between the ends of step 1 and step ``steps - 2`` (the first and
+    the last steps fill and drain the pipeline): ``(E[steps-2] - E[1]) / (steps - 3)``, where
+    ``E[j]`` is the time the last op of step j ends. Arguments as for :func:`simulate`
+    (``durations``: the per-op times of a :class:`Timeline` instead of t_f, t_b, t_w).
+
+    A schedule gains nothing when its first device's first op and last op of a step lie on one
+    chain of dependencies through every device (1F1B, ZB-H1: device 0 starts with F of
+    microbatch 0 and ends with the backward of the last one, which needs every device): the
+    next step cannot start earlier, so its bubble stays the flushed one.
+    """
+    validate.instance("schedule", sched, Schedule, "a Schedule",
+                      "Make one with tpviz.pipeline.schedule('zb-h2', stages, microbatches).")
+    steps = validate.integer("steps", steps, minimum=4, error=ScheduleError)
+    p2p = validate.number("p2p", p2p, minimum=0.0)
+    if durations is None:
+        durations = _costs(sched, validate.number("t_f", t_f, positive=True),
+                           validate.number("t_b", t_b, positive=True), t_w)
+    m = sched.microbatches
+    if sched.name in _versions.STASH:  # a stream, no flush at all
+        from tpviz.pipeline.plan import schedule as _schedule
+
+        ops = _schedule(sched.name, sched.stages, steps * m).ops
+    else:
+        ops = tuple(tuple(Op(k, j * m + i, c) for j in range(steps) for k, i, c in row)
+                    for row in sched.ops)
+    pairs = tuple(frozenset(j * len(row) + i for j in range(steps) for i in row_pairs)
+                  for row, row_pairs in zip(sched.ops, sched.paired, strict=True)
+                  ) if sched.paired else ()
+    many = Schedule(sched.name, sched.stages, m, sched.chunks, ops, sched.placement, pairs)
     with no_gc():
-        return _simulate(sched, {k: c / sched.chunks for k, c in costs.items()}, p2p)
+        t = _simulate(many, durations, p2p, steps)
+    end = [0.0] * steps
+    for row, starts in zip(ops, t.starts, strict=True):
+        for op, start in zip(row, starts, strict=True):
+            j = op.microbatch // m
+            end[j] = max(end[j], start + durations[op.kind])
+    period = (end[steps - 2] - end[1]) / (steps - 3)
+    work = sum(durations[op.kind] for row in sched.ops for op in row)
+    return SteadyState(sched, steps, period, work, 1 - work / (sched.stages * period), t)
 
 
-def _simulate(sched: Schedule, cost: dict[str, float], p2p: float) -> Timeline:
+def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 1) -> Timeline:
     p, v = sched.stages, sched.chunks
     n = p * v  # chunks in the model
     last = n - 1
     split = sched.has_weight_ops
     cost_f, cost_b, cost_w, cost_bw = cost["F"], cost["B"], cost["W"], cost["BW"]
+    pairs = sched.paired
     # finish times, flat per kind: index microbatch * n + chunk; -1 = not run yet
-    size = sched.microbatches * n
+    size = sched.microbatches * n * steps  # steps > 1: microbatch j m + i is step j's i
     fin_f, fin_b, fin_w = [-1.0] * size, [-1.0] * size, [-1.0] * size
     waiting: dict[tuple[str, int], list[int]] = {}
     free = [0.0] * p
@@ -129,9 +192,21 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float) -> Timeline:
                 if ready < 0:
                     waiting.setdefault((dep is fin_f, src), []).append(d)
                     break
-                if p2p and sched.device(mb, src % n) != d:
+                if p2p and sched.device(mb % sched.microbatches, src % n) != d:
                     ready += p2p
                 if ready > t:
+                    start = ready
+            if pairs and i in pairs[d]:  # an F&B op: the backward's input must be there too
+                mb2, st2 = ops[i + 1][1], ops[i + 1][2]
+                here2 = mb2 * n + st2
+                dep2, src2 = (fin_b, here2 + 1) if st2 < last else (fin_f, here2)
+                ready = dep2[src2]
+                if ready < 0:
+                    waiting.setdefault((dep2 is fin_f, src2), []).append(d)
+                    break
+                if p2p and sched.device(mb2 % sched.microbatches, src2 % n) != d:
+                    ready += p2p
+                if ready > start:
                     start = ready
             t = start + c
             out[here] = t
@@ -149,6 +224,8 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float) -> Timeline:
     makespan = max(free)
     busy = sum(cost[op[0]] for ops in sched.ops for op in ops)
     starts = tuple(tuple(r) for r in starts)
+    if steps > 1:  # steady_state: the times are what it needs
+        return Timeline(sched, starts, dict(cost), makespan, 1 - busy / (p * makespan), ())
     if sched.name in _versions.STASH:
         ends = [[s + cost[op[0]] for op, s in zip(ops, row, strict=True)]
                 for ops, row in zip(sched.ops, starts, strict=True)]

@@ -4,7 +4,8 @@ Synchronous (one weight version per step, flushed):
 
 - ``chimera`` (Li & Hoefler 2021): two 1F1B pipelines in opposite directions, microbatches
   ``0 … m/2-1`` go down (chunk s on device s), ``m/2 … m-1`` go up (chunk s on device p-1-s);
-  every device holds two stages, so twice the parameters.
+  every device holds two stages, so twice the parameters. For m > p the basic units of p
+  microbatches are directly concatenated (the paper's scheme for N > D).
 - ``zb-h2`` and ``zb-v`` (Qi et al. 2024): B (input gradient) and W (weight gradient) split.
   ZB-H2 warms up with ``2(p-d)-1`` forwards on device d (its ``(2p-1) M_B``) and keeps d W's
   for the drain. ZB-V gives each device chunks d and 2p-1-d (a "V"); a device runs a ready B
@@ -12,9 +13,10 @@ Synchronous (one weight version per step, flushed):
   Neither reaches the paper's zero bubble here: that needs steps to overlap (its optimizer
   post-validation), which one simulated step does not model.
 - ``dualpipe`` and ``dualpipev`` (DeepSeek-AI 2024): the op order of ``deepseek-ai/DualPipe``'s
-  ``step`` (steps 1-8), with its F&B pairs run one after the other (ideal devices overlap no
-  compute; DualPipe's overlap hides communication). A full backward (B and W together) is the
-  op kind ``"BW"``.
+  ``step`` (steps 1-8). Its overlapped F&B chunks (``Schedule.paired``) are one op: it starts
+  when the inputs of both its F and its backward are there and lasts F + B (ideal devices
+  overlap no compute; DualPipe's overlap hides communication). A full backward (B and W
+  together) is the op kind ``"BW"``.
 
 Asynchronous (no flush; a stream of m microbatches, each one an update, 2BW one per p): the op
 order of 1F1B; what differs is which weight version each op reads
@@ -42,8 +44,8 @@ def needs(name: str, p: int, m: int) -> None:
         raise ScheduleError(f"{name} pairs device d with device p-1-d, so stages must be even; "
                             f"got {p}. Try {p + 1}.")
     if name == "chimera" and p > 32:
-        raise ScheduleError(f"chimera is built here for at most 32 stages (its unit is found "
-                            f"by a search that grows as p^3); got {p}.")
+        raise ScheduleError(f"chimera is built here for at most 32 stages (its op order is "
+                            f"found by a lock-step search that grows as p^2 m); got {p}.")
     if name == "chimera" and m % p:
         raise ScheduleError(f"chimera repeats a unit of p = {p} microbatches (p/2 each way), so "
                             f"microbatches must be a multiple of {p}; got {m}. Try "
@@ -71,31 +73,41 @@ def build(name: str, p: int, m: int, one_f_one_b) -> list[list[Op]]:
 
 
 def _chimera(p: int, m: int) -> list[list[Op]]:
-    """Chimera's basic unit, repeated m/p times back to back. In a unit, p/2 microbatches go
-    down and p/2 up; in lock step with t_F = t_B, a device runs a ready B first (the chunk
-    nearest the loss first), else a ready F (the chunk furthest along first)."""
-    half = p // 2
-    todo = [[Op(k, i, d) for i in range(half) for k in "FB"] +
-            [Op(k, half + i, p - 1 - d) for i in range(half) for k in "FB"] for d in range(p)]
-    unit: list[list[Op]] = [[] for _ in range(p)]
+    """Chimera with Li & Hoefler's direct concatenation: microbatches ``0 … m/2-1`` go down,
+    ``m/2 … m-1`` up, and the basic units (p/2 each way) follow each other with the next
+    unit's forwards filling the previous unit's tail. In lock step with t_F = t_B, a device
+    runs a ready B first (the lowest chunk first), else a ready F (the chunk furthest along
+    first, then the earliest microbatch of its direction)."""
+    half = m // 2
+    chunks = [(d, p - 1 - d) for d in range(p)]  # (downward chunk, upward chunk) per device
+    next_f = [[0, half] for _ in range(p)]  # next microbatch of each direction
+    waiting_b: list[list[Op]] = [[] for _ in range(p)]  # B's whose F has run
+    out: list[list[Op]] = [[] for _ in range(p)]
     done: dict[Op, int] = {}
     t = 0
-    while any(todo):
+    while any(len(ops) < 2 * m for ops in out):
         ran = []
         for d in range(p):
-            ready = [op for op in todo[d] if (need := _needs(op, p)) is None
-                     or done.get(need, t) < t]
+            ready = [op for op in waiting_b[d] if done.get(_needs(op, p), t) < t]
+            for k, c in enumerate(chunks[d]):
+                mb = next_f[d][k]
+                op = Op("F", mb, c)
+                if mb < (half, m)[k] and (c == 0 or done.get(_needs(op, p), t) < t):
+                    ready.append(op)
             if ready:
                 ran.append((d, min(ready, key=lambda o: (
-                    o.kind != "B", o.chunk if o.kind == "B" else -o.chunk, o.microbatch))))
+                    o.kind != "B", o.chunk if o.kind == "B" else -o.chunk,
+                    o.microbatch % half))))
         for d, op in ran:
-            todo[d].remove(op)
-            unit[d].append(op)
+            out[d].append(op)
             done[op] = t
+            if op.kind == "F":
+                next_f[d][op.chunk != chunks[d][0]] += 1
+                waiting_b[d].append(Op("B", op.microbatch, op.chunk))
+            else:
+                waiting_b[d].remove(op)
         t += 1
-    # unit microbatch i < p/2 is downward microbatch u p/2 + i; i >= p/2 upward m/2 + u p/2 + i'
-    return [[Op(k, u * half + i + (m // 2 - half if i >= half else 0), c)
-             for u in range(m // p) for k, i, c in ops] for ops in unit]
+    return out
 
 
 def _needs(op: Op, n: int) -> Op | None:
@@ -107,8 +119,10 @@ def _needs(op: Op, n: int) -> Op | None:
 
 
 def _zb_h2(p: int, m: int) -> list[list[Op]]:
-    """ZB-H2's memory, ZB-H1's drain: device d warms up with 2(p-d)-1 forwards (Qi et al.'s
-    (2p-1) M_B on device 0), then B, W, F in turn, keeping d W's back for the drain."""
+    """Qi et al.'s parallelogram: device d warms up with 2(p-d)-1 forwards (their (2p-1) M_B
+    on device 0), then B, W, F in turn, keeping 2d W's back for the tail. Device d then runs
+    from d t_F to d t_F + m (t_F + t_B + t_W) without a gap once steps overlap (t_F = t_B = t_W):
+    the next step's warm-up fills the skew (:func:`tpviz.pipeline.simulate.steady_state`)."""
     out = []
     for d in range(p):
         warm = min(2 * (p - d) - 1, m)
@@ -116,7 +130,7 @@ def _zb_h2(p: int, m: int) -> list[list[Op]]:
         for j in range(m):
             ops.append(Op("B", j, d))
             pending.append(Op("W", j, d))
-            if len(pending) > d:
+            if len(pending) > 2 * d:
                 ops.append(pending.pop(0))
             if warm + j < m:
                 ops.append(Op("F", warm + j, d))
@@ -193,15 +207,35 @@ def _dualpipe(p: int, m: int, v_shape: bool) -> list[list[Op]]:
     return out
 
 
+def paired(name: str, ops) -> tuple[frozenset[int], ...]:
+    """DualPipe's overlapped chunks: per device, the indices i where ``ops[d][i]`` (an F) and
+    ``ops[d][i + 1]`` (a backward of the other phase) are one ``_forward_backward_chunk`` call
+    (steps 4 and 5 of ``DualPipe.step``); empty for every other schedule."""
+    if name not in ("dualpipe", "dualpipev"):
+        return ()
+    return tuple(frozenset(i for i, op in enumerate(row[:-1]) if isinstance(op, _Fused))
+                 for row in ops)
+
+
+class _Fused(Op):
+    """An F that opens an F&B pair (an ``Op`` for everyone else)."""
+
+    __slots__ = ()
+
+
 def _dualpipe_rank(rank: int, ranks: int, h: int, count: int, phases) -> list[Op]:
     """One device's ops: steps 1-8 of ``DualPipe.step`` (``ranks`` = its num_half_ranks,
     ``h`` its half_rank; DualPipeV: num_ranks and rank); ``phases[k]`` = (first
     microbatch, chunk) of phase k."""
     nf, nb, w_queue, ops = [0, 0], [0, 0], deque(), []
 
-    def f(ph):
-        ops.append(Op("F", phases[ph][0] + nf[ph], phases[ph][1]))
+    def f(ph, cls=Op):
+        ops.append(cls("F", phases[ph][0] + nf[ph], phases[ph][1]))
         nf[ph] += 1
+
+    def fb(ph_f, ph_b):  # _forward_backward_chunk: one overlapped F&B op
+        f(ph_f, _Fused)
+        b(ph_b)
 
     def b(ph, zb=False):
         mb, c = phases[ph][0] + nb[ph], phases[ph][1]
@@ -220,9 +254,9 @@ def _dualpipe_rank(rank: int, ranks: int, h: int, count: int, phases) -> list[Op
     for _ in range(ranks - h - 1):  # step 3: nB1W1F1 (zero bubble)
         b(1, True), w(), f(1)
     for _ in range(count - 2 * ranks + h + 1):  # step 4: nF0B1F1B0
-        f(0), b(1), f(1), b(0)
+        fb(0, 1), fb(1, 0)
     for _ in range(ranks - h - 1):  # step 5: nB1F1B0
-        b(1), f(1), b(0)
+        b(1), fb(1, 0)
     zb = False
     for i in range(h + 1):  # step 6: nB1B0, the second half with zero bubble
         if i == (h + 1) // 2 and h % 2 == 1:

@@ -17,7 +17,7 @@ from tpviz.compat import torch_v_schedules_on_gloo
 from tpviz.core.collectives import Collectives
 from tpviz.errors import ArgumentError
 from tpviz.pipeline import NAMES, schedule
-from tpviz.pipeline.plan import Op
+from tpviz.pipeline.plan import ZOO, Op
 from tpviz.zero import plan as zero
 
 # torch's class -> (the tpviz schedule it implements, model chunks per rank, placement)
@@ -30,9 +30,9 @@ TORCH_SCHEDULES = {
     "ScheduleZBVZeroBubble": ("zb-v", 2, "v"),
     "ScheduleDualPipeV": ("dualpipev", 2, "v"),
 }
-# where a tpviz name is missing, the nearest tpviz schedule, and what differs from it
-NEAREST = {"looped-bfs": "interleaved", "interleaved-zb": "interleaved", "zb-v": "zb-h1",
-           "dualpipev": "zb-h1"}
+# where a tpviz name is missing, the nearest tpviz schedule, and what differs from it (ZB-V and
+# DualPipeV are chapter 8's pipeline.ZOO schedules: compared directly)
+NEAREST = {"looped-bfs": "interleaved", "interleaved-zb": "interleaved"}
 def runnable_schedules(has=None) -> tuple[tuple, dict[str, str]]:
     """The ``(class, stages per rank, placement)`` this torch runs on gloo, and the reason for
     each it cannot (``has(name)``: whether torch has the class at all)."""
@@ -141,8 +141,9 @@ def _chunk_placement(ops) -> tuple:
 
 def compare(torch_name: str, order: dict[int, list], microbatches: int) -> Comparison:
     """Compare torch's ``pipeline_order`` of schedule class ``torch_name`` with tpviz's
-    schedule of the same name, or with the nearest one while tpviz lacks it (a name added to
-    :data:`tpviz.pipeline.NAMES` is picked up at once).
+    schedule of the same name (:data:`tpviz.pipeline.NAMES` or chapter 8's ``ZOO``: ZB-V and
+    DualPipeV), or with the nearest one while tpviz lacks it (a name added to either is
+    picked up at once).
 
     Raises:
         ArgumentError: a torch class not in :data:`TORCH_SCHEDULES`.
@@ -151,7 +152,7 @@ def compare(torch_name: str, order: dict[int, list], microbatches: int) -> Compa
         raise ArgumentError(f"compare(torch_name={torch_name!r}): give one of "
                             f"{', '.join(TORCH_SCHEDULES)}.")
     own, chunks, _ = TORCH_SCHEDULES[torch_name]
-    exact = own in NAMES
+    exact = own in NAMES or own in ZOO
     name = own if exact else NEAREST[own]
     theirs = ops_of(order)
     stages = len(theirs)
@@ -159,6 +160,8 @@ def compare(torch_name: str, order: dict[int, list], microbatches: int) -> Compa
         ours = schedule(name, stages, microbatches, chunks).ops
     except ValueError:  # the nearest schedule runs one chunk per device
         ours = schedule(name, stages, microbatches).ops
+    # DualPipe's full backward (tpviz's "BW") is torch's B
+    ours = tuple(tuple(Op("B", *op[1:]) if op[0] == "BW" else op for op in o) for o in ours)
     first = tuple(_first_difference(t, o) for t, o in zip(theirs, ours, strict=True))
     return Comparison(torch_name, name, exact, theirs, ours, first)
 
