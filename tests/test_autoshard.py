@@ -98,11 +98,11 @@ def test_data_parallel_for_a_large_batch_and_the_switch_point():
 def test_2d_mesh_matches_the_2d_chapter():
     s = auto.solve(auto.mlp(65536, 8192, 32768, 2), {"data": 4, "model": 2}, H100)
     steps = mesh2d_plan(65536, 8192, 32768, (4, 2)).steps
-    x, w1 = steps[3].operands  # H = X' W₁': X'[B_data, H₁], W₁'[H₁, H₂_model]
+    x, w1 = steps[3].operands  # In'W₁': In'[B_data, D], W₁'[D, F_model]
     first = s.choice["w1.1"]
     assert first.in_specs[0] == x.spec and first.weight_spec == w1.spec
-    assert first.out_spec == steps[3].result.spec  # H[B_data, H₂_model]
-    assert s.choice["w2.1"].weight_spec == steps[6].operands[1].spec  # W₂'[H₂_model, H₁]
+    assert first.out_spec == steps[3].result.spec  # In'W₁'[B_data, F_model]
+    assert s.choice["w2.1"].weight_spec == steps[6].operands[1].spec  # W₂'[F_model, D]
     assert s.cost < min(auto.data_parallel(s.problem).cost, auto.megatron(s.problem).cost)
 
 

@@ -19,27 +19,27 @@ ex = tpviz.exercises
 def _model(weights=1.0, ring=True):
     """A cost model for best_shape: bytes per device per training step in bf16 (2 bytes), the
     right one with weights=1 and ring=True."""
-    def sent(b, h1, h2, d, m):
-        act = ((m - 1) / m if ring else 1) * b * h1 / d
-        wts = ((d - 1) / d if ring else 1) * h1 * h2 / m
+    def sent(b, d, f, nx, ny):
+        act = ((ny - 1) / ny if ring else 1) * b * d / nx
+        wts = ((nx - 1) / nx if ring else 1) * d * f / ny
         return 2 * 2 * 2 * (act + weights * wts)
 
-    def best_shape(b, h1, h2, n):
-        d, m = min(choose.meshes(b, h1, h2, n), key=lambda s: sent(b, h1, h2, *s))
-        return (d, m), sent(b, h1, h2, d, m)
+    def best_shape(b, d, f, n):
+        nx, ny = min(choose.meshes(b, d, f, n), key=lambda s: sent(b, d, f, *s))
+        return (nx, ny), sent(b, d, f, nx, ny)
 
     return best_shape
 
 
-def _rounded(b, h1, h2, n):  # sqrt(B N / H2) rounded to a power of two; divisibility unchecked
-    d = max(1, min(n, 2 ** round(math.log2(math.sqrt(b * n / h2)))))
-    m = n // d
-    return (d, m), 8 * ((m - 1) / m * b * h1 / d + (d - 1) / d * h1 * h2 / m)
+def _rounded(b, d, f, n):  # sqrt(B N / F) rounded to a power of two; divisibility unchecked
+    nx = max(1, min(n, 2 ** round(math.log2(math.sqrt(b * n / f)))))
+    ny = n // nx
+    return (nx, ny), 8 * ((ny - 1) / ny * b * d / nx + (nx - 1) / nx * d * f / ny)
 
 
 def test_best_mesh_cases_are_away_from_ties():
-    for b, h1, h2, n in BEST_CASES:
-        costs = sorted(plan(b, h1, h2, s, "bf16").sent() for s in choose.meshes(b, h1, h2, n))
+    for b, d, f, n in BEST_CASES:
+        costs = sorted(plan(b, d, f, s, "bf16").sent() for s in choose.meshes(b, d, f, n))
         assert costs[1] >= 1.08 * costs[0]
 
 
@@ -50,9 +50,9 @@ def test_a_factor_in_the_weights_changes_the_shape_in_some_case(weights):
 
 
 def test_the_bytes_formula_is_the_plans():
-    for b, h1, h2, n in BEST_CASES:
-        shape, sent = _model()(b, h1, h2, n)
-        assert sent == pytest.approx(plan(b, h1, h2, shape, "bf16").sent(), rel=1e-12)
+    for b, d, f, n in BEST_CASES:
+        shape, sent = _model()(b, d, f, n)
+        assert sent == pytest.approx(plan(b, d, f, shape, "bf16").sent(), rel=1e-12)
 
 
 def test_best_mesh_rejects_the_four_wrong_cost_models(capsys):  # issue 26: each passed before
@@ -61,7 +61,7 @@ def test_best_mesh_rejects_the_four_wrong_cost_models(capsys):  # issue 26: each
     fails(ex.check_best_mesh, _model(weights=1.5), words="shape is right, but|another shape")
     fails(ex.check_best_mesh, _model(ring=False), words="shape is right, but")
     fails(ex.check_best_mesh, _rounded, words="does not divide the sizes")
-    fails(ex.check_best_mesh, lambda b, h1, h2, n: (n, 1), words=r"return \(\(data, model\)")
+    fails(ex.check_best_mesh, lambda b, d, f, n: (n, 1), words=r"return \(\(data, model\)")
 
 
 def _all_reduce_last(x, w1, w2):

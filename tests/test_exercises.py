@@ -283,25 +283,33 @@ def test_grad_reduce_scatter(capsys):
     fails(ex.check_grad_reduce_scatter, lambda g: g[:8], words="wrong values")
 
 
-# B = 24, H1 = 16, H2 = 48 on data=2 x model=4 (not the chapter's table, which would give it away)
-MESH2D_ANSWER = {"x_gathered": (P("data", None), (12, 16)),
+# B = 24, D = 16, F = 48 on data=2 x model=4 (not the chapter's table, which would give it away)
+MESH2D_ANSWER = {"in_gathered": (P("data", None), (12, 16)),
                  "w1_gathered": (P(None, "model"), (16, 12)),
-                 "h": (P("data", "model"), (12, 12)), "w2_gathered": (P("model", None), (12, 16)),
-                 "y_partial": (P("data", None), (12, 16)), "y": (P("data", "model"), (12, 4))}
+                 "tmp": (P("data", "model"), (12, 12)), "w2_gathered": (P("model", None), (12, 16)),
+                 "out_partial": (P("data", None), (12, 16)), "out": (P("data", "model"), (12, 4))}
+# the names of an earlier edition (x_gathered, h, y_partial, y) are still accepted
+MESH2D_OLD = {"x_gathered": MESH2D_ANSWER["in_gathered"], "h": MESH2D_ANSWER["tmp"],
+              "w1_gathered": MESH2D_ANSWER["w1_gathered"],
+              "w2_gathered": MESH2D_ANSWER["w2_gathered"],
+              "y_partial": MESH2D_ANSWER["out_partial"], "y": MESH2D_ANSWER["out"]}
 
 
 def test_step_shardings(capsys):
     passes(ex.check_step_shardings, MESH2D_ANSWER, capsys=capsys)
-    passes(ex.check_step_shardings, {**MESH2D_ANSWER, "x_gathered": (("data",), (12, 16))},
+    passes(ex.check_step_shardings, MESH2D_OLD, capsys=capsys)
+    passes(ex.check_step_shardings, {**MESH2D_ANSWER, "in_gathered": (("data",), (12, 16))},
            capsys=capsys)  # a tuple for the spec, trailing None left out
-    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "h": (P("model", "data"), (12, 12))},
+    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "tmp": (P("model", "data"), (12, 12))},
           words="swapped")
     fails(ex.check_step_shardings, {**MESH2D_ANSWER, "w1_gathered": (P("data", "model"), (8, 12))},
           words="sharding of w1_gathered")
-    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "y": (P("data", "model"), (12, 16))},
-          words="per-device shape of y")
-    fails(ex.check_step_shardings, {"y": MESH2D_ANSWER["y"]}, words="missing: x_gathered")
-    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "h": "data, model"}, words="pair")
+    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "out": (P("data", "model"), (12, 16))},
+          words="per-device shape of out")
+    fails(ex.check_step_shardings, {**MESH2D_OLD, "y": (P("data", "model"), (12, 16))},
+          words="per-device shape of out")
+    fails(ex.check_step_shardings, {"out": MESH2D_ANSWER["out"]}, words="missing: in_gathered")
+    fails(ex.check_step_shardings, {**MESH2D_ANSWER, "tmp": "data, model"}, words="pair")
     ex.check_step_shardings({k: ... for k in MESH2D_ANSWER})
     assert "not attempted" in capsys.readouterr().out
 

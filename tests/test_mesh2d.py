@@ -18,50 +18,50 @@ from tpviz.errors import CheckFailed, ShardingError
 from tpviz.mesh2d import draw, run
 from tpviz.mesh2d.choose import axis_bandwidth
 
-B, H1, H2 = 16, 8, 32
+B, D, F = 16, 8, 32  # the notation page's sizes: batch, model width, FFN width
 
 
 def test_step_table_shapes_and_bytes_from_the_formulas():
-    p = mesh2d.plan(B, H1, H2, (4, 2), "float32")
-    d, m = 4, 2
+    p = mesh2d.plan(B, D, F, (4, 2), "float32")
+    nx, ny = 4, 2
     local = [s.result.local for s in p.steps]
-    assert local == [(B // d, H1 // m), (B // d, H1), (H1, H2 // m), (B // d, H2 // m),
-                     (B // d, H2 // m), (H2 // m, H1), (B // d, H1), (B // d, H1 // m)]
+    assert local == [(B // nx, D // ny), (B // nx, D), (D, F // ny), (B // nx, F // ny),
+                     (B // nx, F // ny), (F // ny, D), (B // nx, D), (B // nx, D // ny)]
     assert [(s.op, s.axis) for s in p.steps if s.communicates] == [
         ("all-gather", "model"), ("all-gather", "data"), ("all-gather", "data"),
         ("reduce-scatter", "model")]
     # the output is sharded exactly like the input
     assert p.steps[-1].result.spec == p.steps[0].operands[0].spec
     # ring bytes: all-gathers send (n-1)/n of their result, a reduce-scatter (n-1) x its result
-    assert p.sent(training=False) == (1 / 2 * B // d * H1 + 2 * 3 / 4 * H1 * H2 // m
-                                      + 1 * B // d * H1 // m) * 4
+    assert p.sent(training=False) == (1 / 2 * B // nx * D + 2 * 3 / 4 * D * F // ny
+                                      + 1 * B // nx * D // ny) * 4
     assert p.sent(training=True) == 2 * p.sent(training=False)  # backward mirrors forward
-    assert p.flops(training=False) == 2 * 2 * B * H1 * H2 // (d * m)
+    assert p.flops(training=False) == 2 * 2 * B * D * F // (nx * ny)
 
 
 def test_extreme_meshes_are_fsdp_and_megatron():
     n, size = 8, 2
-    dp, mega = mesh2d.data_parallel(B, H1, H2, n, "bf16"), mesh2d.megatron_1d(B, H1, H2, n, "bf16")
-    fsdp = mesh2d.plan(B, H1, H2, (8, 1), "bf16")
-    tp = mesh2d.plan(B, H1, H2, (1, 8), "bf16")
+    dp, mega = mesh2d.data_parallel(B, D, F, n, "bf16"), mesh2d.megatron_1d(B, D, F, n, "bf16")
+    fsdp = mesh2d.plan(B, D, F, (8, 1), "bf16")
+    tp = mesh2d.plan(B, D, F, (1, 8), "bf16")
     # (8, 1) gathers weights and reduce-scatters gradients: as many bytes as DP's all-reduce
-    assert fsdp.sent() == pytest.approx(dp.step_sent) == 2 * 7 / 8 * 2 * H1 * H2 * size
+    assert fsdp.sent() == pytest.approx(dp.step_sent) == 2 * 7 / 8 * 2 * D * F * size
     # (1, 8): all-gather + reduce-scatter of the activations = Megatron's all-reduce
-    assert tp.sent() == pytest.approx(mega.step_sent) == 2 * 2 * 7 / 8 * B * H1 * size
+    assert tp.sent() == pytest.approx(mega.step_sent) == 2 * 2 * 7 / 8 * B * D * size
     assert fsdp.memory.weights == tp.memory.weights == dp.memory.weights // n
 
 
 def test_best_mesh_follows_the_square_root_rule():
-    def sent(batch, h1, h2, d, m):  # per training step: activations over model, weights over data
-        return 2 * 2 * ((m - 1) / m * batch * h1 / d + (d - 1) / d * h1 * h2 / m)
+    def sent(batch, d, f, nx, ny):  # per training step: activations over model, weights over data
+        return 2 * 2 * ((ny - 1) / ny * batch * d / nx + (nx - 1) / nx * d * f / ny)
 
-    for batch, h2, n in [(16384, 16384, 8), (1 << 20, 32768, 256), (64, 16384, 8),
-                         (1 << 22, 4096, 8), (8192, 4096, 64)]:
-        d, m = mesh2d.best_mesh(batch, 4096, h2, n)
+    for batch, f, n in [(16384, 16384, 8), (1 << 20, 32768, 256), (64, 16384, 8),
+                        (1 << 22, 4096, 8), (8192, 4096, 64)]:
+        nx, ny = mesh2d.best_mesh(batch, 4096, f, n)
         shapes = [(k, n // k) for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n % k == 0]
-        assert (d, m) == min(shapes, key=lambda s: sent(batch, 4096, h2, *s))
-        # ignoring (n-1)/n, the least is at d = sqrt(B·N/H₂): within a factor 2 of it
-        assert 0.5 <= d / min(n, max(1.0, np.sqrt(batch * n / h2))) <= 2
+        assert (nx, ny) == min(shapes, key=lambda s: sent(batch, 4096, f, *s))
+        # ignoring (n-1)/n, the least is at N_X = sqrt(B·N/F): within a factor 2 of it
+        assert 0.5 <= nx / min(n, max(1.0, np.sqrt(batch * n / f))) <= 2
 
 
 def test_time_uses_the_link_each_axis_runs_on():
@@ -89,28 +89,28 @@ def test_scaling_book_bound_matches_the_time_model():
     # the best mesh turns communication-bound (forward, bandwidth terms: latency set to 0);
     # a factor 2 either side on 4096 TPU v5p chips (powers of two miss the balance by ≤ 6 %)
     tpu = dataclasses.replace(cost.SYSTEMS["TPU v5p (ICI)"], latency=0.0)
-    h1, h2, n = 8192, 32768, 4096
-    edge = mesh2d.smallest_batch_per_device(h2, tpu)
-    assert edge == pytest.approx((4.59e14 / 1.8e11) ** 2 / h2)  # ≈ 198 tokens per chip
+    d, f, n = 8192, 32768, 4096
+    edge = mesh2d.smallest_batch_per_device(f, tpu)
+    assert edge == pytest.approx((4.59e14 / 1.8e11) ** 2 / f)  # ≈ 198 tokens per chip
     for factor, bound in [(2, "compute"), (1 / 2, "communication")]:
         batch = 1 << round(np.log2(edge * factor * n))
-        p = mesh2d.plan(batch, h1, h2, mesh2d.best_mesh(batch, h1, h2, n, tpu), "bf16")
+        p = mesh2d.plan(batch, d, f, mesh2d.best_mesh(batch, d, f, n, tpu), "bf16")
         assert mesh2d.step_time(p, tpu, training=False).bound == bound, (factor, batch)
 
 
 @pytest.mark.parametrize("shape", [(4, 2), (2, 4), (8, 1), (1, 8)])
 def test_real_run_matches_one_device_plan_and_compiled_collectives(shape):
     rng = np.random.default_rng(0)
-    x, dy = (rng.standard_normal((B, H1), dtype=np.float32) for _ in range(2))
-    w1 = rng.standard_normal((H1, H2), dtype=np.float32)
-    w2 = rng.standard_normal((H2, H1), dtype=np.float32)
+    x, dy = (rng.standard_normal((B, D), dtype=np.float32) for _ in range(2))
+    w1 = rng.standard_normal((D, F), dtype=np.float32)
+    w2 = rng.standard_normal((F, D), dtype=np.float32)
     c = mesh2d.check(tpviz.make_mesh(shape, ("data", "model")), x, w1, w2, dy)
     assert c.max_error < 1e-5
-    d, m = shape
-    assert c.weight_bytes == 2 * H1 * H2 * 4 // 8  # measured on the shards: 1/8 of W₁ and W₂
-    assert c.activation_bytes == (B // d * H1 + B // d * H2 // m) * 4  # X' and A
+    nx, ny = shape
+    assert c.weight_bytes == 2 * D * F * 4 // 8  # measured on the shards: 1/8 of W₁ and W₂
+    assert c.activation_bytes == (B // nx * D + B // nx * F // ny) * 4  # In' and Tmp
     # the hand-written step: 3 all-gathers and 1 reduce-scatter forward, the transposes backward
-    if d > 1 and m > 1:
+    if nx > 1 and ny > 1:
         assert c.train.kinds() == {"all-gather": 4, "reduce-scatter": 4}
     assert sum(col.bytes for col in c.forward if col.group_size > 1) == sum(
         s.bytes for s in c.plan.steps if s.communicates)
@@ -118,15 +118,15 @@ def test_real_run_matches_one_device_plan_and_compiled_collectives(shape):
 
 def test_check_catches_a_wrong_program():
     rng = np.random.default_rng(1)
-    x, dy = (rng.standard_normal((B, H1), dtype=np.float32) for _ in range(2))
-    w1 = rng.standard_normal((H1, H2), dtype=np.float32)
-    w2 = rng.standard_normal((H2, H1), dtype=np.float32)
+    x, dy = (rng.standard_normal((B, D), dtype=np.float32) for _ in range(2))
+    w1 = rng.standard_normal((D, F), dtype=np.float32)
+    w2 = rng.standard_normal((F, D), dtype=np.float32)
     mesh = tpviz.make_mesh((4, 2), ("data", "model"))
 
     def all_reduce_then_slice(partial):  # right values, the wrong (twice as costly) collective
         full = jax.lax.psum(partial, "model")
         i = jax.lax.axis_index("model")
-        return jax.lax.dynamic_slice_in_dim(full, i * (H1 // 2), H1 // 2, axis=1)
+        return jax.lax.dynamic_slice_in_dim(full, i * (D // 2), D // 2, axis=1)
 
     with pytest.raises(CheckFailed, match="hand-written forward pass's collectives"):
         mesh2d.check(mesh, x, w1, w2, dy, final=all_reduce_then_slice)
@@ -134,8 +134,8 @@ def test_check_catches_a_wrong_program():
 
 @pytest.mark.parametrize(("call", "words"), [
     (lambda: mesh2d.plan(15, 8, 32, (4, 2)), "batch = 15 does not divide over the data axis"),
-    (lambda: mesh2d.plan(16, 8, 33, (4, 2)), "h2 = 33 does not divide over the model axis"),
-    (lambda: mesh2d.plan(16, 6, 32, (4, 2)), "h1 = 6 does not divide over the data axis"),
+    (lambda: mesh2d.plan(16, 8, 33, (4, 2)), "ffn = 33 does not divide over the model axis"),
+    (lambda: mesh2d.plan(16, 6, 32, (4, 2)), "hidden = 6 does not divide over the data axis"),
     (lambda: mesh2d.plan(16, 8, 32, {"X": 4, "Y": 2}), "axes 'data'"),
     (lambda: mesh2d.plan(16, 8, 32, (8,)), r"\(data, model\)"),
     (lambda: mesh2d.best_mesh(3, 5, 7, 8), "no \\(data, model\\) mesh"),
@@ -147,23 +147,23 @@ def test_bad_input(call, words):
 
 def test_swapped_axis_names_are_named():
     mesh = tpviz.make_mesh((2, 4), ("model", "data"))
-    x = np.zeros((B, H1), np.float32)
+    x = np.zeros((B, D), np.float32)
     with pytest.raises(ShardingError, match="swapped"):
-        mesh2d.check(mesh, x, np.zeros((H1, H2), np.float32), np.zeros((H2, H1), np.float32), x)
+        mesh2d.check(mesh, x, np.zeros((D, F), np.float32), np.zeros((F, D), np.float32), x)
     with pytest.raises(ShardingError, match="axes 'data'"):
-        mesh2d.check(tpviz.make_mesh((4, 2), ("X", "Y")), x, np.zeros((H1, H2), np.float32),
-                  np.zeros((H2, H1), np.float32), x)
+        mesh2d.check(tpviz.make_mesh((4, 2), ("X", "Y")), x, np.zeros((D, F), np.float32),
+                  np.zeros((F, D), np.float32), x)
     with pytest.raises(ShardingError, match="axes 'data'"):
         run.forward(tpviz.make_mesh((4, 2), ("X", "Y")))
     with pytest.raises(ShardingError, match="batch = 6 does not divide over the data axis"):
-        run.place(tpviz.make_mesh((4, 2), ("data", "model")), np.zeros((6, H1), np.float32),
-                  np.zeros((H1, H2), np.float32), np.zeros((H2, H1), np.float32))
+        run.place(tpviz.make_mesh((4, 2), ("data", "model")), np.zeros((6, D), np.float32),
+                  np.zeros((D, F), np.float32), np.zeros((F, D), np.float32))
 
 
 def test_drawings_show_every_step():
-    p = mesh2d.plan(B, H1, H2, (4, 2))
+    p = mesh2d.plan(B, D, F, (4, 2))
     fig = draw.step(p, 1)
-    assert "all-gather X along model" in fig.axes[0].get_title(loc="left")
+    assert "all-gather In along model" in fig.axes[0].get_title(loc="left")
     # every device cell shows the operand and the result: 8 devices x 2 arrays, outline + block
     assert len(fig.axes[0].patches) == 8 * 2 * 2 + 8
     anim = draw.animate(p)
@@ -207,7 +207,7 @@ def test_check_mesh_design(capsys):
     # 450 GB/s) then 8 NICs per node (V/2 at 400 GB/s): NVLink bounds; 7 NVLink steps of 0.6 µs
     # and 1 network step of 2.7 µs. Data groups of 4 are 16 apart, one GPU per node: one 50 GB/s
     # NIC each, 3 network steps. The axes overlap: the slower counts.
-    gib = 262144 // 4 * 8192 * 2  # In[B/N_X, H] in bf16: 1 GiB
+    gib = 262144 // 4 * 8192 * 2  # In[B/N_X, D] in bf16: 1 GiB
     model_axis = 4 * (7 / 8 * gib / 4.5e11 + 7 * 0.6e-6 + 2.7e-6)  # AG In, RS Out, AG dOut, RS dIn
     data_axis = 4 * (3 / 4 * (8192 * 32768 // 16 * 2) / 5e10 + 3 * 2.7e-6)  # W₁, W₂ and grads
     ms = max(model_axis, data_axis) * 1e3  # ≈ 8.38 ms

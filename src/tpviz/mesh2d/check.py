@@ -33,7 +33,7 @@ class Check:
     gspmd_train: Collectives
     max_error: float  # largest relative error of outputs and gradients (all programs)
     weight_bytes: int  # per device, measured on the weight shards
-    activation_bytes: int  # per device: X' and A, from their measured shapes × itemsize
+    activation_bytes: int  # per device: In' and Tmp, from their measured shapes × itemsize
 
 
 def axis_of(c: Collective, mesh) -> str:
@@ -86,7 +86,7 @@ def check(mesh, x, w1, w2, dy, final=reduce_scatter) -> Check:
     verify.same(shapes, [s.result.local for s in p.steps[1:]], "per-device shapes of the steps")
     size = np.dtype(x.dtype).itemsize
     weights = sum(a.addressable_shards[0].data.nbytes for a in args[1:])
-    saved = (np.prod(shapes[0]) + np.prod(shapes[3])) * size  # X' and A: the matmuls' inputs
+    saved = (np.prod(shapes[0]) + np.prod(shapes[3])) * size  # In', Tmp: the matmuls' inputs
     verify.same((weights, int(saved)), (p.memory.weights, p.memory.activations),
                 "measured bytes of weights and of saved activations per device")
     (fwd, train), (gfwd, gtrain) = progs["hand-written"], progs["GSPMD"]

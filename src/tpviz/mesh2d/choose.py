@@ -27,67 +27,68 @@ class Scheme:
     collectives: tuple[Collective, ...]  # of a training step
 
 
-def data_parallel(batch: int, h1: int, h2: int, devices: int, dtype="float32") -> Scheme:
+def data_parallel(batch: int, hidden: int, ffn: int, devices: int, dtype="float32") -> Scheme:
     """Weights replicated, the batch split: no forward communication, one all-reduce of the
-    gradients (2 H₁ H₂ elements) per step."""
-    check_sizes(batch, h1, h2, {DATA: devices, MODEL: 1})
+    gradients (2 D F elements) per step."""
+    check_sizes(batch, hidden, ffn, {DATA: devices, MODEL: 1})
     size = layout.dtype_size(dtype)
-    grads = 2 * h1 * h2 * size
+    grads = 2 * hidden * ffn * size
     c = Collective("all-reduce", grads, devices, str(layout.dtype_of(dtype)), axes=(DATA,),
                    what="all-reduce the gradients")
     sent = c.sent_bytes
-    memory = Memory(grads, grads, (batch // devices * (h1 + h2)) * size)
+    memory = Memory(grads, grads, (batch // devices * (hidden + ffn)) * size)
     return Scheme("data parallel", (devices, 1), memory, 0.0, sent, (c,) * (devices > 1))
 
 
-def megatron_1d(batch: int, h1: int, h2: int, devices: int, dtype="float32") -> Scheme:
-    """Megatron-LM: X replicated, W₁ by columns, W₂ by rows; one all-reduce of Y forward and
-    one of X's gradient backward (B H₁ elements each)."""
-    check_sizes(batch, h1, h2, {DATA: 1, MODEL: devices})
+def megatron_1d(batch: int, hidden: int, ffn: int, devices: int, dtype="float32") -> Scheme:
+    """Megatron-LM: In replicated, W₁ by columns, W₂ by rows; one all-reduce of Out forward and
+    one of In's gradient backward (B D elements each)."""
+    check_sizes(batch, hidden, ffn, {DATA: 1, MODEL: devices})
     size = layout.dtype_size(dtype)
-    out = batch * h1 * size
+    out = batch * hidden * size
     c = Collective("all-reduce", out, devices, str(layout.dtype_of(dtype)), axes=(MODEL,),
-                   what="all-reduce Y / dX")
+                   what="all-reduce Out / dIn")
     sent = c.sent_bytes
-    memory = Memory(2 * h1 * h2 // devices * size, 2 * h1 * h2 // devices * size,
-                    (batch * h1 + batch * h2 // devices) * size)
+    memory = Memory(2 * hidden * ffn // devices * size, 2 * hidden * ffn // devices * size,
+                    (batch * hidden + batch * ffn // devices) * size)
     return Scheme("1D Megatron", (1, devices), memory, sent, 2 * sent, (c,) * 2 * (devices > 1))
 
 
-def mesh_2d(batch: int, h1: int, h2: int, mesh, dtype="float32") -> Scheme:
-    p = plan(batch, h1, h2, mesh, dtype)
-    d, m = p.mesh_sizes
-    return Scheme(f"2D {d}×{m}", (d, m), p.memory, p.sent(False), p.sent(True),
+def mesh_2d(batch: int, hidden: int, ffn: int, mesh, dtype="float32") -> Scheme:
+    p = plan(batch, hidden, ffn, mesh, dtype)
+    nx, ny = p.mesh_sizes
+    return Scheme(f"2D {nx}×{ny}", (nx, ny), p.memory, p.sent(False), p.sent(True),
                   tuple(p.collectives(True)))
 
 
 MAX_DEVICES = 1 << 20  # meshes() tries every data-axis size up to it
 
 
-def meshes(batch: int, h1: int, h2: int, devices: int) -> list[tuple[int, int]]:
+def meshes(batch: int, hidden: int, ffn: int, devices: int) -> list[tuple[int, int]]:
     """Every ``(data, model)`` shape of ``devices`` devices that divides the sizes."""
-    batch, h1, h2 = (validate.integer(n, v) for n, v in (("batch", batch), ("h1", h1),
-                                                          ("h2", h2)))
+    batch, hidden, ffn = (validate.integer(n, v) for n, v in (("batch", batch), ("hidden", hidden),
+                                                              ("ffn", ffn)))
     devices = validate.integer("devices", devices, maximum=MAX_DEVICES,
                                fix="The search tries every divisor of it.")
     out = []
-    for d in range(1, devices + 1):
-        if devices % d == 0:
-            m = devices // d
-            if batch % d == 0 and h1 % d == 0 and h1 % m == 0 and h2 % m == 0:
-                out.append((d, m))
+    for nx in range(1, devices + 1):
+        if devices % nx == 0:
+            ny = devices // nx
+            if batch % nx == 0 and hidden % nx == 0 and hidden % ny == 0 and ffn % ny == 0:
+                out.append((nx, ny))
     return out
 
 
-def compare(batch: int, h1: int, h2: int, devices: int = 8, dtype="float32") -> list[Scheme]:
+def compare(batch: int, hidden: int, ffn: int, devices: int = 8, dtype="float32"
+            ) -> list[Scheme]:
     """Data parallelism, 1D Megatron and every 2D mesh shape that fits, on the same devices."""
     found = []
     for make in (data_parallel, megatron_1d):
         with contextlib.suppress(ShardingError):  # it cannot split these sizes so many ways
-            found.append(make(batch, h1, h2, devices, dtype))
-    found += [mesh_2d(batch, h1, h2, s, dtype) for s in meshes(batch, h1, h2, devices)]
+            found.append(make(batch, hidden, ffn, devices, dtype))
+    found += [mesh_2d(batch, hidden, ffn, s, dtype) for s in meshes(batch, hidden, ffn, devices)]
     if not found:
-        raise ShardingError(f"no way to split B = {batch}, H₁ = {h1}, H₂ = {h2} over {devices} "
+        raise ShardingError(f"no way to split B = {batch}, D = {hidden}, F = {ffn} over {devices} "
                             "devices; use sizes that are multiples of the device count.")
     return found
 
@@ -96,14 +97,14 @@ def compare(batch: int, h1: int, h2: int, devices: int = 8, dtype="float32") -> 
 
 def per_node(system: cost.System, mesh: dict[str, int], axis: str) -> int | None:
     """Devices of one ``axis`` group inside one node. Devices are numbered row-major over
-    (data, model): a model group is ``m`` consecutive devices, a data group ``d`` devices ``m``
-    apart (None on a TPU, whose groups run along torus axes)."""
+    (data, model): a model group is ``N_Y`` consecutive devices, a data group ``N_X`` devices
+    ``N_Y`` apart (None on a TPU, whose groups run along torus axes)."""
     if not system.node or system.tpu:
         return None
-    d, m = mesh[DATA], mesh[MODEL]
+    nx, ny = mesh[DATA], mesh[MODEL]
     if axis == MODEL:
-        return min(m, system.node)
-    return min(d, max(1, system.node // m))
+        return min(ny, system.node)
+    return min(nx, max(1, system.node // ny))
 
 
 def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> float:
@@ -129,18 +130,18 @@ def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estim
     return cost.Estimate(p.flops(training) / system.flops, max(per_axis.values()))
 
 
-def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.System | None = None,
-              dtype="bf16") -> tuple[int, int]:
+def best_mesh(batch: int, hidden: int, ffn: int, devices: int = 8,
+              system: cost.System | None = None, dtype="bf16") -> tuple[int, int]:
     """The ``(data, model)`` shape with the least communication per training step: the fewest
     bytes sent per device, or with ``system``, the shortest communication time."""
     system = None if system is None else cost.system(system)
-    shapes = meshes(batch, h1, h2, devices)
+    shapes = meshes(batch, hidden, ffn, devices)
     if not shapes:
         raise ShardingError(f"no (data, model) mesh of {devices} devices divides B = {batch}, "
-                            f"H₁ = {h1}, H₂ = {h2}.")
+                            f"D = {hidden}, F = {ffn}.")
 
     def comm(shape):
-        p = plan(batch, h1, h2, shape, dtype)
+        p = plan(batch, hidden, ffn, shape, dtype)
         return step_time(p, system).comm_s if system else p.sent(True)
 
     costs = [comm(s) for s in shapes]
@@ -148,7 +149,7 @@ def best_mesh(batch: int, h1: int, h2: int, devices: int = 8, system: cost.Syste
     return next(s for s, c in zip(shapes, costs, strict=True) if c <= least * (1 + 1e-9))
 
 
-def smallest_batch_per_device(h2: int, system: cost.System, axes_x: int = 1,
+def smallest_batch_per_device(ffn: int, system: cost.System, axes_x: int = 1,
                               axes_y: int = 1) -> float:
     """The Scaling Book's current bound for mixed FSDP + model parallelism: the step stays
     compute-bound only while B / N > (R/W)² / (M_X · M_Y · F), with R the peak FLOP/s, W the
@@ -156,4 +157,4 @@ def smallest_batch_per_device(h2: int, system: cost.System, axes_x: int = 1,
     (:func:`tpviz.core.hardware.mixed_batch`, where the derivation is; the Scaling Book writes C
     and α = C / W). It assumes the two axes' communication overlaps (:func:`step_time`)."""
     system = cost.system(system)
-    return hw.mixed_batch(system.flops, system.bandwidth, h2, axes_x, axes_y)
+    return hw.mixed_batch(system.flops, system.bandwidth, ffn, axes_x, axes_y)

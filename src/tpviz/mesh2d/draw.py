@@ -16,16 +16,16 @@ from tpviz.core import layout
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, Animation, frame, gif
 from tpviz.core.figures import figure as column_figure
 from tpviz.mesh2d.choose import Scheme
-from tpviz.mesh2d.plan import DATA, MODEL, Array, Plan
+from tpviz.mesh2d.plan import DATA, MODEL, PRE, Array, Plan
 
-COLOURS = {"X": OKABE_ITO[4], "W₁": OKABE_ITO[0], "W₂": OKABE_ITO[2], "H": OKABE_ITO[6],
-           "A": OKABE_ITO[6], "Y": OKABE_ITO[5]}
+COLOURS = {"In": OKABE_ITO[4], "W₁": OKABE_ITO[0], "W₂": OKABE_ITO[2], PRE: OKABE_ITO[6],
+           "Tmp": OKABE_ITO[6], "Out": OKABE_ITO[5]}
 SIGNS = {"start": ("",), "all-gather": ("→",), "matmul": ("·", "="), "relu": ("→",),
          "reduce-scatter": ("→",)}
 
 
 def _colour(a: Array) -> str:
-    return COLOURS[a.name.rstrip("'")]
+    return COLOURS.get(a.name) or COLOURS[a.name.rstrip("'")]
 
 
 def _held(a: Array, mesh: dict[str, int]) -> dict[int, tuple[slice, ...]]:

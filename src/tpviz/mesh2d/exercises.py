@@ -23,13 +23,16 @@ from tpviz.mesh2d import choose, run
 from tpviz.mesh2d.check import found, predicted
 from tpviz.mesh2d.plan import DATA, MODEL, plan
 
-SIZES = {"batch": 16, "h1": 8, "h2": 32}  # the chapter's MLP (the final reduce-scatter)
+SIZES = {"batch": 16, "hidden": 8, "ffn": 32}  # the chapter's MLP (the final reduce-scatter)
 MESH = (4, 2)
-STEP_SIZES = {"batch": 24, "h1": 16, "h2": 48}  # Exercise 6.1: not the chapter's table
+STEP_SIZES = {"batch": 24, "hidden": 16, "ffn": 48}  # Exercise 6.1: not the chapter's table
 STEP_MESH = (2, 4)
 BUILD_MESH = (2, 4)  # Exercise 6.6: the whole MLP, on the other 2D shape
 # the arrays the learner describes -> the step of the plan that produces them
-STEPS = {"x_gathered": 1, "w1_gathered": 2, "h": 3, "w2_gathered": 5, "y_partial": 6, "y": 7}
+STEPS = {"in_gathered": 1, "w1_gathered": 2, "tmp": 4, "w2_gathered": 5, "out_partial": 6,
+         "out": 7}
+# the names of an earlier edition (X, H, Y for In, the hidden activations, Out), still accepted
+OLD_NAMES = {"x_gathered": "in_gathered", "h": "tmp", "y_partial": "out_partial", "y": "out"}
 
 
 def _spec(value, name: str) -> P:
@@ -43,11 +46,13 @@ def _spec(value, name: str) -> P:
 
 @checker("Shardings step by step")
 def check_step_shardings(answer: dict) -> str:
-    """``answer[name] = (spec, per-device shape)`` for each array in ``STEPS`` (B = 24, H₁ = 16,
-    H₂ = 48 on a data=2 × model=4 mesh); partial sums: the spec of the summed-over layout."""
+    """``answer[name] = (spec, per-device shape)`` for each array in ``STEPS`` (B = 24, D = 16,
+    F = 48 on a data=2 × model=4 mesh); partial sums: the spec of the summed-over layout."""
     if not isinstance(answer, dict):
         raise Wrong(f"the answer should be a dict, but it is a {type(answer).__name__}.")
-    p = plan(STEP_SIZES["batch"], STEP_SIZES["h1"], STEP_SIZES["h2"], STEP_MESH)
+    answer = {OLD_NAMES.get(k, k) if OLD_NAMES.get(k) not in answer else k: v
+              for k, v in answer.items()}
+    p = plan(STEP_SIZES["batch"], STEP_SIZES["hidden"], STEP_SIZES["ffn"], STEP_MESH)
     missing = [k for k in STEPS if k not in answer or is_stub(answer[k])]
     if answer and all(is_stub(v) for v in answer.values()):
         raise NotAttempted
@@ -64,8 +69,8 @@ def check_step_shardings(answer: dict) -> str:
         padded = tuple(spec) + (None,) * (2 - len(spec))
         if padded != tuple(want.spec):
             swapped = tuple({"data": "model", "model": "data"}.get(a, a) for a in padded)
-            hint = ("data and model are swapped: the batch is split over data, the hidden sizes "
-                    "over model." if swapped == tuple(want.spec) else
+            hint = ("data and model are swapped: the batch is split over data, the widths D and "
+                    "F over model." if swapped == tuple(want.spec) else
                     f"Which step makes {name}? An all-gather along an axis removes that axis "
                     "from the spec; a local matmul keeps the rows' split of its left operand and "
                     "the columns' split of its right one.")
@@ -87,11 +92,11 @@ BEST_CASES = [(32768, 4096, 16384, 8), (96, 1024, 512, 8), (600, 1024, 512, 8),
 
 @checker("Best mesh shape")
 def check_best_mesh(fn) -> str:
-    """``fn(batch, h1, h2, devices) -> ((data, model), bytes)``: the mesh shape with the fewest
-    bytes sent per device per training step (bf16, ring algorithms), and those bytes."""
-    for batch, h1, h2, n in BEST_CASES:
-        got = call(fn, batch, h1, h2, n, what="your function")
-        where = f"for B = {batch:,}, H₁ = {h1:,}, H₂ = {h2:,} on {n} devices"
+    """``fn(batch, hidden, ffn, devices) -> ((data, model), bytes)``: the mesh shape with the
+    fewest bytes sent per device per training step (bf16, ring algorithms), and those bytes."""
+    for batch, hidden, ffn, n in BEST_CASES:
+        got = call(fn, batch, hidden, ffn, n, what="your function")
+        where = f"for B = {batch:,}, D = {hidden:,}, F = {ffn:,} on {n} devices"
         try:
             (d, m), sent_answer = got
             d, m = as_integer(d, "the data axis size"), as_integer(m, "the model axis size")
@@ -100,13 +105,13 @@ def check_best_mesh(fn) -> str:
             raise Wrong(f"{where} it returned {got!r}; return ((data, model), bytes).") from None
         if d * m != n:
             raise Wrong(f"{where} it returned ({d}, {m}), which uses {d * m} devices, not {n}.")
-        if (d, m) not in choose.meshes(batch, h1, h2, n):
+        if (d, m) not in choose.meshes(batch, hidden, ffn, n):
             raise Wrong(f"{where} it returned ({d}, {m}), which does not divide the sizes.",
                         "A shape is allowed only if each size it splits divides evenly: B and "
-                        "H₁ over data, H₁ and H₂ over model.")
-        fewest = plan(batch, h1, h2, choose.best_mesh(batch, h1, h2, n, dtype="bf16"),
+                        "D over data, D and F over model.")
+        fewest = plan(batch, hidden, ffn, choose.best_mesh(batch, hidden, ffn, n, dtype="bf16"),
                       "bf16").sent()
-        sent = plan(batch, h1, h2, (d, m), "bf16").sent()
+        sent = plan(batch, hidden, ffn, (d, m), "bf16").sent()
         hint = ("Count each collective of the step table, forward and backward, with the ring's "
                 "(N-1)/N, for both the activations and the weights.")
         if sent > fewest * (1 + 1e-9):
@@ -121,13 +126,14 @@ def check_best_mesh(fn) -> str:
 
 @checker("The final reduce-scatter")
 def check_final_reduce_scatter(fn) -> str:
-    """``fn(partial)`` per device: ``Y'[B/d, H₁]`` (partial sums over "model") → this device's
-    ``Y[B/d, H₁/m]``, used as the last step of the 2D MLP on a data=4 × model=2 mesh."""
+    """``fn(partial)`` per device: ``Out'[B/N_X, D]`` (partial sums over "model") → this
+    device's ``Out[B/N_X, D/N_Y]``, used as the last step of the 2D MLP on a data=4 × model=2
+    mesh."""
     rng = np.random.default_rng(3)
-    b, h1, h2 = SIZES["batch"], SIZES["h1"], SIZES["h2"]
-    x = rng.standard_normal((b, h1), dtype=np.float32)
-    w1 = (rng.standard_normal((h1, h2)) / 3).astype(np.float32)
-    w2 = (rng.standard_normal((h2, h1)) / 6).astype(np.float32)
+    b, d, f = SIZES["batch"], SIZES["hidden"], SIZES["ffn"]
+    x = rng.standard_normal((b, d), dtype=np.float32)
+    w1 = (rng.standard_normal((d, f)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((f, d)) / 6).astype(np.float32)
     mesh = make_mesh(MESH, (DATA, MODEL))
     if not callable(fn):
         raise Wrong(f"your answer should be a function, but it is a {type(fn).__name__}.")
@@ -135,29 +141,29 @@ def check_final_reduce_scatter(fn) -> str:
     args = run.place(mesh, x, w1, w2)
     y = call(program, *args, what="the 2D MLP with your last step")
     hint = ("One collective both adds the partial sums over the model axis and leaves each "
-            "device its slice of the columns, as X was split.")
+            "device its slice of the columns, as In was split.")
     expect_array(y, np.asarray(run.reference(x, w1, w2)), what="the MLP's output", rtol=1e-4,
                  hint=hint)
     held = found(compiled.collectives(program, *args), mesh)
-    p = plan(b, h1, h2, MESH)
+    p = plan(b, d, f, MESH)
     last = [c for c in held if c[1] == MODEL and c[0] != "all-gather"]
     if last != [("reduce-scatter", MODEL, p.steps[-1].bytes)]:
         raise Wrong(f"the values are right, but the last step compiles to {last}: more bytes "
                     "than a reduce-scatter moves.", hint)
-    return (f"Y is sharded like X, and the compiled program ends with one reduce-scatter of "
+    return (f"Out is sharded like In, and the compiled program ends with one reduce-scatter of "
             f"{p.steps[-1].bytes} bytes per device over model.")
 
 
 @checker("The 2D MLP, by hand")
 def check_mlp2d(fn) -> str:
-    """``fn(x, w1, w2)`` per device on a data=2 × model=4 mesh, with X[B_data, H₁_model],
-    W₁[H₁_data, H₂_model], W₂[H₂_model, H₁_data]: returns Y sharded like X. The compiled
+    """``fn(x, w1, w2)`` per device on a data=2 × model=4 mesh, with In[B_data, D_model],
+    W₁[D_data, F_model], W₂[F_model, D_data]: returns Out sharded like In. The compiled
     program must hold exactly the plan's collectives (kind, axis, bytes)."""
     rng = np.random.default_rng(4)
-    b, h1, h2 = SIZES["batch"], SIZES["h1"], SIZES["h2"]
-    x = rng.standard_normal((b, h1), dtype=np.float32)
-    w1 = (rng.standard_normal((h1, h2)) / 3).astype(np.float32)
-    w2 = (rng.standard_normal((h2, h1)) / 6).astype(np.float32)
+    b, d, f = SIZES["batch"], SIZES["hidden"], SIZES["ffn"]
+    x = rng.standard_normal((b, d), dtype=np.float32)
+    w1 = (rng.standard_normal((d, f)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((f, d)) / 6).astype(np.float32)
     mesh = make_mesh(BUILD_MESH, (DATA, MODEL))
     ran = build.run(fn, mesh, run.IN_SPECS, run.OUT_SPEC, x, w1, w2,
                     what="your 2D MLP")
@@ -166,7 +172,7 @@ def check_mlp2d(fn) -> str:
     expect_array(ran.out, np.asarray(run.reference(x, w1, w2)), what="the MLP's output",
                  rtol=1e-4, atol=1e-4, hint=hint)
     got = found(compiled.collectives(ran.program), mesh)
-    want = predicted(plan(b, h1, h2, BUILD_MESH))
+    want = predicted(plan(b, d, f, BUILD_MESH))
     seen = build.summary(build.moving(ran.program, mesh))
     if any(axis not in (DATA, MODEL) for _, axis, _ in got):
         raise Wrong(f"right values, but the compiled program holds {seen}: a collective over "
@@ -183,25 +189,25 @@ def check_mlp2d(fn) -> str:
         raise Wrong(f"right values, but the compiled program holds {seen}"
                     + (": more bytes than the step table." if more else
                        ", which is not the step table's set of collectives."), hint)
-    return (f"Y exact, and the compiled program holds the step table's {len(want)} collectives "
+    return (f"Out exact, and the compiled program holds the step table's {len(want)} collectives "
             "with their axes and bytes.")
 
 
 # --- numbers and a design problem ----------------------------------------------------------------
 
-HELD = {"batch": 16384, "h1": 4096, "h2": 16384, "mesh": (4, 2)}
-DESIGN = {"batch": 262144, "h1": 8192, "h2": 32768, "devices": 64, "budget": 100 * 2**20}
+HELD = {"batch": 16384, "hidden": 4096, "ffn": 16384, "mesh": (4, 2)}
+DESIGN = {"batch": 262144, "hidden": 8192, "ffn": 32768, "devices": 64, "budget": 100 * 2**20}
 CLUSTER = "H100 cluster (NVLink + InfiniBand)"
 
 
 @checker("Weights held on a 2D mesh")
 def check_weights_held(answer) -> str:
-    """H = 4,096, F = 16,384 in bf16 on the data=4 × model=2 mesh: MiB of weights one device
+    """D = 4,096, F = 16,384 in bf16 on the data=4 × model=2 mesh: MiB of weights one device
     holds while the layer runs (its stored shards plus the gathered W₁' and W₂')."""
     answer = as_number(answer)
-    q = plan(HELD["batch"], HELD["h1"], HELD["h2"], HELD["mesh"], "bf16")
+    q = plan(HELD["batch"], HELD["hidden"], HELD["ffn"], HELD["mesh"], "bf16")
     want = q.memory.weights_held / 2**20
-    whole = 2 * HELD["h1"] * HELD["h2"] * 2 / 2**20
+    whole = 2 * HELD["hidden"] * HELD["ffn"] * 2 / 2**20
     if np.isclose(answer, q.memory.weights / 2**20, rtol=1e-3):
         raise Wrong("that is only the stored shards (1/8 of each weight).",
                     "While the layer runs, the gathered weights are held too.")
@@ -234,7 +240,7 @@ def check_compute_bound_batch(answer) -> str:
 
 @checker("Design: a mesh for 64 GPUs")
 def check_mesh_design(shape, comm_ms) -> str:
-    """B = 262,144 tokens, H = 8,192, F = 32,768 in bf16 on 64 GPUs of the H100 cluster preset;
+    """B = 262,144 tokens, D = 8,192, F = 32,768 in bf16 on 64 GPUs of the H100 cluster preset;
     at most 100 MiB of weights held per device. ``shape`` = (N_X, N_Y), the fastest allowed;
     ``comm_ms`` its communication time per training step in ms."""
     try:
@@ -243,7 +249,7 @@ def check_mesh_design(shape, comm_ms) -> str:
         raise Wrong("shape should be a pair (N_X, N_Y).") from None
     if len(shape) != 2 or shape[0] * shape[1] != DESIGN["devices"]:
         raise Wrong(f"{shape} is not a (N_X, N_Y) mesh of 64 devices.")
-    b, h, f, n = (DESIGN[k] for k in ("batch", "h1", "h2", "devices"))
+    b, h, f, n = (DESIGN[k] for k in ("batch", "hidden", "ffn", "devices"))
     gpu = cost.SYSTEMS[CLUSTER]
     allowed = [s for s in choose.meshes(b, h, f, n)
                if plan(b, h, f, s, "bf16").memory.weights_held <= DESIGN["budget"]]

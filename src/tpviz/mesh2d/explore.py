@@ -13,19 +13,19 @@ from tpviz.mesh2d.draw import comparison
 from tpviz.mesh2d.plan import plan
 
 
-def render_mesh2d(devices: int, data: int, batch: int, h1: int, h2_ratio: int, system: str,
+def render_mesh2d(devices: int, data: int, batch: int, hidden: int, ffn_ratio: int, system: str,
                   dtype: str) -> tuple[str, Figure]:
     """What ``explore_mesh2d`` shows: the step table of the chosen mesh (HTML), then a figure of
     memory and bytes per step beside data parallelism, 1D Megatron and the best mesh shape."""
     if devices % data:
         raise ShardingError(f"data = {data} does not divide {devices} devices; the model axis gets "
                          "devices / data of them. Choose a divisor.")
-    h2 = h2_ratio * h1
-    p = plan(batch, h1, h2, (data, devices // data), dtype)
+    ffn = ffn_ratio * hidden
+    p = plan(batch, hidden, ffn, (data, devices // data), dtype)
     chosen = cost.system(system)
     t = step_time(p, chosen)
-    best = best_mesh(batch, h1, h2, devices, chosen, dtype)
-    schemes = [s for s in compare(batch, h1, h2, devices, dtype)
+    best = best_mesh(batch, hidden, ffn, devices, chosen, dtype)
+    schemes = [s for s in compare(batch, hidden, ffn, devices, dtype)
                if s.name in ("data parallel", "1D Megatron") or s.mesh in (p.mesh_sizes, best)]
     height = 1.6 + 0.36 * len(schemes)
     fig = Figure(figsize=(10, height))
@@ -41,8 +41,8 @@ def render_mesh2d(devices: int, data: int, batch: int, h1: int, h2_ratio: int, s
     return p._repr_html_(), fig
 
 
-def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, h1: int = 4096,
-                   h2_ratio: int = 4, system: str = "H100 cluster (NVLink + InfiniBand)",
+def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, hidden: int = 4096,
+                   ffn_ratio: int = 4, system: str = "H100 cluster (NVLink + InfiniBand)",
                    dtype: str = "bf16") -> Live:
     """Mesh shape, batch and hidden sizes → the 2D MLP's step table, memory per device, bytes
     per step, and the comparison with data parallelism and 1D tensor parallelism."""
@@ -50,29 +50,29 @@ def explore_mesh2d(devices: int = 8, data: int = 4, batch: int = 16384, h1: int 
     controls = {
         "devices": c.dropdown("devices", devices, [8, 16, 32, 64, 256], "devices N"),
         "data": c.dropdown("data", data, [1, 2, 4, 8, 16, 32, 64, 128, 256],
-                           "data axis d (model = N / d)"),
+                           "data axis N_X (model N_Y = N / N_X)"),
         "batch": c.select_slider("batch", batch, [2**k for k in range(4, 21)],
                                  "batch B (tokens)"),
-        "h1": c.select_slider("h1", h1, [256, 512, 1024, 2048, 4096, 8192, 16384],
-                              "H₁ (model width)"),
-        "h2_ratio": c.int_slider("h2_ratio", h2_ratio, 1, 8, "H₂ / H₁"),
+        "hidden": c.select_slider("hidden", hidden, [256, 512, 1024, 2048, 4096, 8192, 16384],
+                              "D (model width)"),
+        "ffn_ratio": c.int_slider("ffn_ratio", ffn_ratio, 1, 8, "F / D"),
         "system": c.dropdown("system", system, cost.SYSTEMS, "system"),
         "dtype": c.dropdown("dtype", dtype, ["bf16", "float32"], "dtype"),
     }
     return live(controls, render_mesh2d, figure=LIVE)
 
 
-def mesh2d_rows(devices: int, data: int, batch: int, h1: int, h2_ratio: int, system: str,
+def mesh2d_rows(devices: int, data: int, batch: int, hidden: int, ffn_ratio: int, system: str,
                 dtype: str = "bf16") -> list[dict]:
     """The live figure's rows (from :mod:`tpviz.mesh2d.choose`): memory and bytes sent per
     device of data parallelism, 1D Megatron, this mesh and the best one; the step time."""
     if devices % data:
         raise ShardingError(f"data = {data} does not divide {devices} devices.")
-    h2, chosen = h2_ratio * h1, cost.system(system)
-    p = plan(batch, h1, h2, (data, devices // data), dtype)
-    t, best = step_time(p, chosen), best_mesh(batch, h1, h2, devices, chosen, dtype)
+    ffn, chosen = ffn_ratio * hidden, cost.system(system)
+    p = plan(batch, hidden, ffn, (data, devices // data), dtype)
+    t, best = step_time(p, chosen), best_mesh(batch, hidden, ffn, devices, chosen, dtype)
     mib, items = 2**20, []
-    for s in compare(batch, h1, h2, devices, dtype):
+    for s in compare(batch, hidden, ffn, devices, dtype):
         if s.name in ("data parallel", "1D Megatron") or s.mesh in (p.mesh_sizes, best):
             mine = s.mesh == p.mesh_sizes
             held = s.memory.weights_held + s.memory.activations
@@ -87,16 +87,16 @@ def mesh2d_rows(devices: int, data: int, batch: int, h1: int, h2_ratio: int, sys
 
 LIVE = LiveFigure(
     controls={"devices": Grid([8, 16, 64, 256], "devices N", start=8),
-              "data": Grid([1, 2, 4, 8, 16, 32], "data axis d", start=4),
+              "data": Grid([1, 2, 4, 8, 16, 32], "data axis N_X", start=4),
               "batch": Grid([1024, 16384, 262144], "batch B (tokens)", start=16384),
-              "h1": Grid([1024, 4096, 16384], "H₁ (model width)", start=4096),
+              "hidden": Grid([1024, 4096, 16384], "D (model width)", start=4096),
               "system": Grid(["H100 cluster (NVLink + InfiniBand)", "TPU v5p (ICI)"], "system")},
     rows=mesh2d_rows, chart=lambda base: words_and_bars(base, "MiB per device"),
-    fixed={"h2_ratio": 4})
+    fixed={"ffn_ratio": 4})
 
 
 # settings the benchmarks time: the defaults and the largest the widget offers
-BENCHMARKS = [(render_mesh2d, dict(devices=8, data=4, batch=16384, h1=4096, h2_ratio=4,
+BENCHMARKS = [(render_mesh2d, dict(devices=8, data=4, batch=16384, hidden=4096, ffn_ratio=4,
                                    system="H100 cluster (NVLink + InfiniBand)", dtype="bf16")),
-              (render_mesh2d, dict(devices=256, data=16, batch=1 << 20, h1=16384, h2_ratio=8,
+              (render_mesh2d, dict(devices=256, data=16, batch=1 << 20, hidden=16384, ffn_ratio=8,
                                    system="TPU v5p (ICI)", dtype="bf16"))]

@@ -1,21 +1,22 @@
 """The 2D-sharded MLP as a plan: every step's arrays, per-device shapes, collectives and bytes.
 
-``Y = relu(X W₁) W₂`` with ``X[B, H₁]``, ``W₁[H₁, H₂]``, ``W₂[H₂, H₁]`` on a mesh of
-``data × model`` devices (GSPMD paper, Xu et al. 2021; the Scaling Book's "mixed FSDP and model
+``Out = relu(In W₁) W₂`` with ``In[B, D]``, ``W₁[D, F]``, ``W₂[F, D]`` (the notation page's
+names: D the model width, F the FFN width) on a mesh of ``data × model`` devices (the mesh axes
+X and Y of the notation; GSPMD paper, Xu et al. 2021; the Scaling Book's "mixed FSDP and model
 parallelism"). Input and weights are sharded over *both* axes::
 
-    X[B_data, H₁_model]   W₁[H₁_data, H₂_model]   W₂[H₂_model, H₁_data]
+    In[B_data, D_model]   W₁[D_data, F_model]   W₂[F_model, D_data]
 
-1. all-gather X along model      → X'[B_data, H₁]
-2. all-gather W₁ along data      → W₁'[H₁, H₂_model]
-3. H = X' W₁'  (local matmul)    → H[B_data, H₂_model]
-4. A = relu(H) (local)
-5. all-gather W₂ along data      → W₂'[H₂_model, H₁]
-6. A W₂'       (local matmul)    → partial sums [B_data, H₁] over model
-7. reduce-scatter along model    → Y[B_data, H₁_model], sharded like X
+1. all-gather In along model      → In'[B_data, D]
+2. all-gather W₁ along data       → W₁'[D, F_model]
+3. In'W₁' (local matmul)          → In'W₁'[B_data, F_model], before the nonlinearity
+4. Tmp = relu(In'W₁') (local)
+5. all-gather W₂ along data       → W₂'[F_model, D]
+6. Tmp W₂'     (local matmul)     → Out'[B_data, D], partial sums over model
+7. reduce-scatter along model     → Out[B_data, D_model], sharded like In
 
 The backward pass runs the transposes: an all-gather of the output gradient along model and three
-reduce-scatters (W₂ and W₁ gradients along data, X's gradient along model). No devices here.
+reduce-scatters (W₂ and W₁ gradients along data, In's gradient along model). No devices here.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from tpviz.core.notation import to_notation
 from tpviz.errors import ShardingError
 
 DATA, MODEL = "data", "model"
-DIMS = {"X": ("B", "H₁"), "W₁": ("H₁", "H₂"), "W₂": ("H₂", "H₁")}
-SPECS = {"X": P(DATA, MODEL), "W₁": P(DATA, MODEL), "W₂": P(MODEL, DATA)}  # the stored layouts
+DIMS = {"In": ("B", "D"), "W₁": ("D", "F"), "W₂": ("F", "D")}
+SPECS = {"In": P(DATA, MODEL), "W₁": P(DATA, MODEL), "W₂": P(MODEL, DATA)}  # the stored layouts
+PRE = "In'W₁'"  # the first matmul's result, before the nonlinearity
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Array:
     """One array of the step table: global shape, sharding, and the block each device holds."""
 
     name: str
-    dims: tuple[str, str]  # dimension names, e.g. ("B", "H₁")
+    dims: tuple[str, str]  # dimension names, e.g. ("B", "D")
     shape: tuple[int, int]
     spec: P
     local: tuple[int, int]
@@ -75,9 +77,9 @@ class Step:
 @dataclass(frozen=True)
 class Plan:
     batch: int
-    h1: int
-    h2: int
-    mesh: dict[str, int]  # {"data": d, "model": m}
+    hidden: int  # D
+    ffn: int  # F
+    mesh: dict[str, int]  # {"data": N_X, "model": N_Y}
     dtype: str
     steps: tuple[Step, ...]
 
@@ -101,13 +103,13 @@ class Plan:
             Collective(s.op, s.bytes, s.group, self.dtype, s.result.local, (s.axis,), what=s.what)
             for s in self.steps if s.communicates)
         if training:
-            (d, m), size = self.mesh_sizes, self.itemsize
-            b, h1, h2 = self.batch // d, self.h1, self.h2
+            (nx, ny), size = self.mesh_sizes, self.itemsize
+            b, d, f = self.batch // nx, self.hidden, self.ffn
             for kind, axis, local, what in (
-                    ("all-gather", MODEL, (b, h1), "all-gather dY along model"),
-                    ("reduce-scatter", DATA, (h2 // m, h1 // d), "reduce-scatter dW₂ along data"),
-                    ("reduce-scatter", DATA, (h1 // d, h2 // m), "reduce-scatter dW₁ along data"),
-                    ("reduce-scatter", MODEL, (b, h1 // m), "reduce-scatter dX along model")):
+                    ("all-gather", MODEL, (b, d), "all-gather dOut along model"),
+                    ("reduce-scatter", DATA, (f // ny, d // nx), "reduce-scatter dW₂ along data"),
+                    ("reduce-scatter", DATA, (d // nx, f // ny), "reduce-scatter dW₁ along data"),
+                    ("reduce-scatter", MODEL, (b, d // ny), "reduce-scatter dIn along model")):
                 n = self.mesh[axis]
                 if n > 1:
                     found.append(Collective(kind, math.prod(local) * size, n, self.dtype, local,
@@ -132,7 +134,7 @@ class Plan:
 
     @property
     def memory(self) -> Memory:
-        return _memory(self.batch, self.h1, self.h2, *self.mesh_sizes, self.itemsize)
+        return _memory(self.batch, self.hidden, self.ffn, *self.mesh_sizes, self.itemsize)
 
     def rows(self) -> list[tuple]:
         """The step table: step, operation, result, per-device shape, collective, bytes."""
@@ -147,7 +149,7 @@ class Plan:
         return text_table(self._HEAD, self.rows())
 
     def _repr_html_(self) -> str:
-        def subscripts(v: str) -> str:  # subscripted mesh axes: X[B<sub>data</sub>, ...]
+        def subscripts(v: str) -> str:  # subscripted mesh axes: In[B<sub>data</sub>, ...]
             return re.sub(r"_\{(\w+)\}", r"<sub>\1</sub>", v)
 
         return f"<p>{describe(self)}</p>" + html_table(self._HEAD, self.rows(), subscripts)
@@ -163,15 +165,15 @@ class Memory:
     activations: int
 
 
-def _memory(b: int, h1: int, h2: int, d: int, m: int, size: int) -> Memory:
-    stored = 2 * h1 * h2 // (d * m) * size
-    gathered = 2 * h1 * h2 // m * size if d > 1 else 0
-    return Memory(stored, stored + gathered, (b // d * h1 + b // d * h2 // m) * size)
+def _memory(b: int, d: int, f: int, nx: int, ny: int, size: int) -> Memory:
+    stored = 2 * d * f // (nx * ny) * size
+    gathered = 2 * d * f // ny * size if nx > 1 else 0
+    return Memory(stored, stored + gathered, (b // nx * d + b // nx * f // ny) * size)
 
 
 def mesh_shape(mesh) -> dict[str, int]:
-    """``(d, m)``, ``{"data": d, "model": m}`` or a ``jax.sharding.Mesh`` → ``{"data": d,
-    "model": m}``.
+    """``(N_X, N_Y)``, ``{"data": N_X, "model": N_Y}`` or a ``jax.sharding.Mesh`` →
+    ``{"data": N_X, "model": N_Y}``.
 
     Raises:
         ShardingError: another number of axes, or axis names other than "data" and "model".
@@ -182,30 +184,30 @@ def mesh_shape(mesh) -> dict[str, int]:
         if set(mesh) != {DATA, MODEL}:
             raise ShardingError(
                 f"the 2D MLP needs a mesh with axes 'data' (splits the batch) and 'model' (splits "
-                f"the hidden sizes); got axes {tuple(mesh)}. Make it with "
-                "tpviz.make_mesh((d, m), ('data', 'model')).")
+                f"the widths D and F); got axes {tuple(mesh)}. Make it with "
+                "tpviz.make_mesh((n_x, n_y), ('data', 'model')).")
         shape = {DATA: mesh[DATA], MODEL: mesh[MODEL]}
     else:
         try:
-            d, m = mesh
+            nx, ny = mesh
         except (TypeError, ValueError):
             raise ShardingError(f"a 2D mesh shape is (data, model), e.g. (4, 2); got {mesh!r}."
                                 ) from None
-        shape = {DATA: d, MODEL: m}
+        shape = {DATA: nx, MODEL: ny}
     shape = {axis: validate.integer(f"mesh[{axis!r}]", v, error=ShardingError)
              for axis, v in shape.items()}
     return shape
 
 
-def check_sizes(batch: int, h1: int, h2: int, mesh: dict[str, int]) -> None:
-    for name, value in (("batch", batch), ("h1", h1), ("h2", h2)):
+def check_sizes(batch: int, hidden: int, ffn: int, mesh: dict[str, int]) -> None:
+    for name, value in (("batch", batch), ("hidden", hidden), ("ffn", ffn)):
         validate.integer(name, value, error=ShardingError)
-    d, m = mesh[DATA], mesh[MODEL]
+    nx, ny = mesh[DATA], mesh[MODEL]
     for name, size, axis, n, why in (
-            ("batch", batch, DATA, d, "X's rows are split over data"),
-            ("h1", h1, MODEL, m, "X's columns are split over model"),
-            ("h1", h1, DATA, d, "W₁'s rows and W₂'s columns are split over data"),
-            ("h2", h2, MODEL, m, "W₁'s columns and W₂'s rows are split over model")):
+            ("batch", batch, DATA, nx, "In's rows are split over data"),
+            ("hidden", hidden, MODEL, ny, "In's columns (D) are split over model"),
+            ("hidden", hidden, DATA, nx, "W₁'s rows and W₂'s columns (D) are split over data"),
+            ("ffn", ffn, MODEL, ny, "W₁'s columns and W₂'s rows (F) are split over model")):
         if size % n:
             raise ShardingError(
                 f"{name} = {size} does not divide over the {axis} axis of size {n} ({why}). "
@@ -213,54 +215,56 @@ def check_sizes(batch: int, h1: int, h2: int, mesh: dict[str, int]) -> None:
                 f"multiple of {n}.")
 
 
-def plan(batch: int, h1: int, h2: int, mesh=(4, 2), dtype="float32") -> Plan:
-    """The step table of the 2D-sharded MLP on a ``(data, model)`` mesh.
+def plan(batch: int, hidden: int, ffn: int, mesh=(4, 2), dtype="float32") -> Plan:
+    """The step table of the 2D-sharded MLP on a ``(data, model)`` mesh: batch B, model width
+    D = ``hidden``, FFN width F = ``ffn``.
 
     Raises:
         ShardingError: a size does not divide over its mesh axis, or the mesh is not
             ``(data, model)``.
     """
     shape = mesh_shape(mesh)
-    batch, h1, h2 = (validate.integer(name, value, error=ShardingError)
-                     for name, value in (("batch", batch), ("h1", h1), ("h2", h2)))
-    check_sizes(batch, h1, h2, shape)
+    batch, hidden, ffn = (validate.integer(name, value, error=ShardingError)
+                          for name, value in (("batch", batch), ("hidden", hidden), ("ffn", ffn)))
+    check_sizes(batch, hidden, ffn, shape)
     size = layout.dtype_size(dtype)
 
     def array(name, dims, full, spec, partial=False):
         local = list(layout.shard_shape(full, spec, shape))
         return Array(name, dims, tuple(full), spec, tuple(local), partial)
 
-    x = array("X", DIMS["X"], (batch, h1), SPECS["X"])
-    w1 = array("W₁", DIMS["W₁"], (h1, h2), SPECS["W₁"])
-    w2 = array("W₂", DIMS["W₂"], (h2, h1), SPECS["W₂"])
-    xg = array("X'", DIMS["X"], (batch, h1), P(DATA, None))
-    w1g = array("W₁'", DIMS["W₁"], (h1, h2), P(None, MODEL))
-    h = array("H", ("B", "H₂"), (batch, h2), P(DATA, MODEL))
-    a = array("A", ("B", "H₂"), (batch, h2), P(DATA, MODEL))
-    w2g = array("W₂'", DIMS["W₂"], (h2, h1), P(MODEL, None))
-    partial = array("Y'", DIMS["X"], (batch, h1), P(DATA, None), partial=True)
-    y = array("Y", DIMS["X"], (batch, h1), SPECS["X"])
+    x = array("In", DIMS["In"], (batch, hidden), SPECS["In"])
+    w1 = array("W₁", DIMS["W₁"], (hidden, ffn), SPECS["W₁"])
+    w2 = array("W₂", DIMS["W₂"], (ffn, hidden), SPECS["W₂"])
+    xg = array("In'", DIMS["In"], (batch, hidden), P(DATA, None))
+    w1g = array("W₁'", DIMS["W₁"], (hidden, ffn), P(None, MODEL))
+    h = array(PRE, ("B", "F"), (batch, ffn), P(DATA, MODEL))
+    a = array("Tmp", ("B", "F"), (batch, ffn), P(DATA, MODEL))
+    w2g = array("W₂'", DIMS["W₂"], (ffn, hidden), P(MODEL, None))
+    partial = array("Out'", DIMS["In"], (batch, hidden), P(DATA, None), partial=True)
+    y = array("Out", DIMS["In"], (batch, hidden), SPECS["In"])
 
     def step(what, op, axis, operands, result, flops=0):
         group = shape[axis] if axis else 1
         nbytes = math.prod(result.local) * size if axis else 0
         return Step(what, op, axis, group, operands, result, nbytes, flops)
 
-    matmul = 2 * xg.local[0] * xg.local[1] * w1g.local[1]  # both matmuls: 2 B/d H₁ H₂/m
+    matmul = 2 * xg.local[0] * xg.local[1] * w1g.local[1]  # both matmuls: 2 B/N_X D F/N_Y
     steps = (
-        step("start: X, W₁, W₂ sharded over both axes", "start", None, (x, w1, w2), x),
-        step("all-gather X along model", "all-gather", MODEL, (x,), xg),
+        step("start: In, W₁, W₂ sharded over both axes", "start", None, (x, w1, w2), x),
+        step("all-gather In along model", "all-gather", MODEL, (x,), xg),
         step("all-gather W₁ along data", "all-gather", DATA, (w1,), w1g),
-        step("H = X' W₁' (local matmul)", "matmul", None, (xg, w1g), h, matmul),
-        step("A = relu(H) (local)", "relu", None, (h,), a),
+        step(f"{PRE} (local matmul)", "matmul", None, (xg, w1g), h, matmul),
+        step(f"Tmp = relu({PRE}) (local)", "relu", None, (h,), a),
         step("all-gather W₂ along data", "all-gather", DATA, (w2,), w2g),
-        step("Y' = A W₂' (local matmul, partial sums)", "matmul", None, (a, w2g), partial, matmul),
-        step("reduce-scatter Y' along model", "reduce-scatter", MODEL, (partial,), y),
+        step("Out' = Tmp W₂' (local matmul, partial sums)", "matmul", None, (a, w2g), partial,
+             matmul),
+        step("reduce-scatter Out' along model", "reduce-scatter", MODEL, (partial,), y),
     )
-    return Plan(batch, h1, h2, shape, str(layout.dtype_of(dtype)), steps)
+    return Plan(batch, hidden, ffn, shape, str(layout.dtype_of(dtype)), steps)
 
 
 def describe(p: Plan) -> str:
-    d, m = p.mesh_sizes
-    return (f"{p.devices} devices as data={d} × model={m}; B = {p.batch:,}, H₁ = {p.h1:,}, "
-            f"H₂ = {p.h2:,} ({p.dtype})")
+    nx, ny = p.mesh_sizes
+    return (f"{p.devices} devices as data={nx} × model={ny}; B = {p.batch:,}, D = {p.hidden:,}, "
+            f"F = {p.ffn:,} ({p.dtype})")

@@ -15,29 +15,29 @@ from jax.sharding import PartitionSpec as P
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.plan import DATA, MODEL, SPECS, Plan, mesh_shape, plan
 
-IN_SPECS = (SPECS["X"], SPECS["W₁"], SPECS["W₂"])
-OUT_SPEC = SPECS["X"]
+IN_SPECS = (SPECS["In"], SPECS["W₁"], SPECS["W₂"])
+OUT_SPEC = SPECS["In"]
 
 
 def reduce_scatter(partial, axis: str = MODEL):
     """Step 7: sum the partial results over ``axis`` and keep this device's slice of the
-    columns, so that Y is sharded exactly like X."""
+    columns, so that Out is sharded exactly like In."""
     return jax.lax.psum_scatter(partial, axis, scatter_dimension=1, tiled=True)
 
 
 def steps(x, w1, w2, final=reduce_scatter):
     """Every array of the step table, on one device (inside ``shard_map``)."""
-    xg = jax.lax.all_gather(x, MODEL, axis=1, tiled=True)  # 1. X'[B/d, H₁]
-    w1g = jax.lax.all_gather(w1, DATA, axis=0, tiled=True)  # 2. W₁'[H₁, H₂/m]
-    h = xg @ w1g  # 3. H[B/d, H₂/m]
-    a = jax.nn.relu(h)  # 4.
-    w2g = jax.lax.all_gather(w2, DATA, axis=1, tiled=True)  # 5. W₂'[H₂/m, H₁]
-    partial = a @ w2g  # 6. partial sums [B/d, H₁]
-    return xg, w1g, h, a, w2g, partial, final(partial)  # 7. Y[B/d, H₁/m]
+    xg = jax.lax.all_gather(x, MODEL, axis=1, tiled=True)  # 1. In'[B/N_X, D]
+    w1g = jax.lax.all_gather(w1, DATA, axis=0, tiled=True)  # 2. W₁'[D, F/N_Y]
+    h = xg @ w1g  # 3. In'W₁'[B/N_X, F/N_Y]
+    a = jax.nn.relu(h)  # 4. Tmp
+    w2g = jax.lax.all_gather(w2, DATA, axis=1, tiled=True)  # 5. W₂'[F/N_Y, D]
+    partial = a @ w2g  # 6. Out', partial sums [B/N_X, D]
+    return xg, w1g, h, a, w2g, partial, final(partial)  # 7. Out[B/N_X, D/N_Y]
 
 
 def mlp(x, w1, w2, final=reduce_scatter):
-    """The per-device 2D MLP: ``Y[B/d, H₁/m]`` from the shards of X, W₁ and W₂."""
+    """The per-device 2D MLP: ``Out[B/N_X, D/N_Y]`` from the shards of In, W₁ and W₂."""
     return steps(x, w1, w2, final)[-1]
 
 
@@ -47,7 +47,7 @@ def reference(x, w1, w2):
 
 
 def check_axes(mesh) -> dict[str, int]:
-    """``{"data": d, "model": m}`` of ``mesh``, with a clear error for a wrong mesh."""
+    """``{"data": N_X, "model": N_Y}`` of ``mesh``, with a clear error for a wrong mesh."""
     if not (hasattr(mesh, "axis_names") and hasattr(mesh, "devices")):
         raise ShardingError(f"expected a jax.sharding.Mesh, got {type(mesh).__name__}; make one "
                             "with tpviz.make_mesh((4, 2), ('data', 'model')).")
@@ -55,7 +55,8 @@ def check_axes(mesh) -> dict[str, int]:
         raise ShardingError(
             f"the mesh's axes are ordered ('model', 'data'), {dict(mesh.shape)}: swapped. The "
             "2D MLP numbers devices row-major over (data, model), so that a model group is "
-            "neighbouring devices; make the mesh with tpviz.make_mesh((d, m), ('data', 'model')).")
+            "neighbouring devices; make the mesh with "
+            "tpviz.make_mesh((n_x, n_y), ('data', 'model')).")
     return mesh_shape(mesh)
 
 
@@ -77,7 +78,7 @@ def forward(mesh, final=reduce_scatter):
 
 def gspmd_forward(mesh):
     """The single-device MLP given to the compiler with the same shardings; the hidden
-    activations are pinned to ``H[B_data, H₂_model]`` with ``with_sharding_constraint``."""
+    activations are pinned to ``In'W₁'[B_data, F_model]`` with ``with_sharding_constraint``."""
     check_axes(mesh)
 
     def fn(x, w1, w2):
