@@ -37,6 +37,7 @@ PAGES = [TOC["root"]] + [c["file"] for c in TOC["chapters"]]
 TIMES: dict[str, list[float]] = {}
 FIRST: dict[str, list[float]] = {}  # each figure's first move on a fresh page
 SEEN: dict[str, dict] = {}  # what each page showed at 1280 px (for _build/screenshots/pages.json)
+SEEN_PHONE: dict[str, dict] = {}  # and at a phone's width
 PHONE = 390  # px: a phone's width
 FRESH_LOADS = 4  # more fresh loads of each page with live figures, to time their first moves
 
@@ -95,7 +96,8 @@ def test_page_on_a_phone(browser, book_url, page_name):
     page, problems = open_page(browser, f"{book_url}/{page_name}.html", width=PHONE)
     try:
         page.evaluate("window.tpvizLiveReady")
-        bad = page_problems(measure_page(page), phone=True)
+        SEEN_PHONE[page_name] = seen = measure_page(page)
+        bad = page_problems(seen, phone=True)
         assert not bad, f"{page_name} at {PHONE} px: {bad}"
         if page_name.endswith(("07_pipeline", "11_together")):
             SHOTS.mkdir(parents=True, exist_ok=True)
@@ -135,9 +137,10 @@ def test_update_times():
               for name, t in TIMES.items()}
     SHOTS.mkdir(parents=True, exist_ok=True)
     (SHOTS / "live_times.json").write_text(json.dumps(report, indent=1))
-    widths = {name: [{"figure": f["name"], "chart_px": round(f["chart"]),
-                      "box_px": round(f["container"])} for f in seen["live"]]
-              for name, seen in SEEN.items() if seen["live"]}
+    widths = {f"{name} at {px} px": [{"figure": f["name"], "chart_px": round(f["chart"]),
+                                      "box_px": round(f["container"])} for f in seen["live"]]
+              for px, pages in ((1280, SEEN), (PHONE, SEEN_PHONE))
+              for name, seen in pages.items() if seen["live"]}
     (SHOTS / "live_widths.json").write_text(json.dumps(widths, indent=1))
     slow = timing_problems(TIMES, FIRST)
     assert not slow, f"live figures over the budget: {slow}"
