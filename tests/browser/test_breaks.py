@@ -175,7 +175,7 @@ def test_each_page_check_fails_when_broken(browser, tmp_path, broken):
 
 def test_slow_first_move_is_caught(browser, tmp_path):
     """A figure whose first move takes 80 ms (a listener that blocks once) breaks the
-    first-move budget, while its later moves stay within the p90 one."""
+    first-move budget (its later moves are not slowed; their times depend on the machine)."""
     url, server = _page(tmp_path, {"good": GOOD})
     page, _ = open_page(browser, url + "/index.html")
     try:
@@ -190,6 +190,5 @@ def test_slow_first_move_is_caught(browser, tmp_path):
     first = {"good": [ms for r in results if r.get("first") for ms in r["ms"]]}
     times = {"good": [ms for r in _moves(results) for ms in r["ms"]]}
     assert first["good"][0] >= 80, results
-    assert timing_problems({"good": times["good"] * 9}, {}) == []  # later moves: in budget
     bad = timing_problems(times, first)
     assert any("good: first move on a fresh page" in b for b in bad), bad
