@@ -72,11 +72,33 @@ window.tpvizLive = [];
       Object.keys(r).every((k) => k === "note" || k === "_id"));
   }
 
-  function label(div, words) {
+  // the chart's accessible label: its caption's words (read once: innerText lays the page out)
+  function captionOf(div) {
     const fig = div.closest("figure");
     const caption = fig && fig.querySelector("figcaption");
-    const text = caption ? caption.innerText.trim() : words.join(" ");
-    return "Interactive chart. " + (text || div.dataset.name);
+    return caption ? caption.innerText.trim() : "";
+  }
+
+  function label(caption, div, words) {
+    return "Interactive chart. " + (caption || words.join(" ") || div.dataset.name);
+  }
+
+  // Warms a figure at load: the dataflow and the SVG redraw run through another value of each
+  // control and back, all before the next frame, so the reader sees nothing of it. Without it a
+  // fresh page's first move pays for Vega's first pass (code not yet compiled, the renderer's
+  // and the browser's caches empty) and takes up to twice as long as the moves after it.
+  async function warm(view, spec) {
+    const bound = (spec.params || []).filter((p) => p.bind && p.bind.input);
+    const start = bound.map((p) => view.signal(p.name));
+    for (const p of bound) {
+      const values = p.bind.input === "select" ? p.bind.options : [p.bind.min, p.bind.max];
+      const other = (values || []).find((v) => v !== view.signal(p.name));
+      if (other === undefined) continue;
+      view.signal(p.name, other);
+      await view.runAsync();
+    }
+    bound.forEach((p, i) => view.signal(p.name, start[i]));
+    await view.runAsync();
   }
 
   async function draw(div) {
@@ -120,6 +142,7 @@ window.tpvizLive = [];
       view.signal("_px", px);
       await view.runAsync();
     } catch (e) { /* a figure without the parameter */ }
+    const caption = captionOf(div);
     const show = () => {
       const id = view.signal("_id");
       const no = refused(rows, id), words = notesOf(rows, id);
@@ -132,11 +155,12 @@ window.tpvizLive = [];
       const s = chart.querySelector("svg");
       if (s) {
         s.setAttribute("role", "img");
-        s.setAttribute("aria-label", label(div, words));
+        s.setAttribute("aria-label", label(caption, div, words));
       }
     };
     show();
     view.addSignalListener("_id", show);
+    if (!window.tpvizNoWarm) await warm(view, spec);
     return { name: div.dataset.name, div: div, view: view };
   }
 

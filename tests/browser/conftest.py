@@ -122,6 +122,27 @@ def page_problems(seen: dict, phone: bool = False) -> list[str]:
     return bad
 
 
-def check_live(page) -> list[dict]:
-    """Move every control of every live figure; per control: changed, update times (ms)."""
-    return page.evaluate(LIVE_CHECK, 99)
+def check_live(page, first_only: bool = False) -> list[dict]:
+    """Move every control of every live figure; per control: changed, update times (ms). Each
+    figure's first move on the page comes first, marked ``first`` (``first_only``: only it)."""
+    return page.evaluate(LIVE_CHECK, {"tries": 99, "firstOnly": first_only})
+
+
+def p90(values: list[float]) -> float:
+    """The 90th percentile (the value 90 % of the sorted values are at or under)."""
+    return sorted(values)[int(0.9 * (len(values) - 1))]
+
+
+def timing_problems(times: dict[str, list[float]], first: dict[str, list[float]]) -> list[str]:
+    """Live figures over the budget: the p90 of their moves, or of their first moves on fresh
+    pages (each from input to the frame after the redraw; empty: none)."""
+    bad = []
+    for name, t in sorted(times.items()):
+        if t and p90(t) > BUDGET_MS:
+            bad.append(f"{name}: moves take {p90(t):.1f} ms at p90 (budget {BUDGET_MS} ms)")
+    for name, t in sorted(first.items()):
+        if t and p90(t) > BUDGET_MS:
+            bad.append(f"{name}: first move on a fresh page takes {p90(t):.1f} ms at p90 of "
+                       f"{len(t)} loads ({', '.join(f'{x:.0f}' for x in t)} ms; budget "
+                       f"{BUDGET_MS} ms)")
+    return bad

@@ -1,8 +1,9 @@
 // Moves every control of every live figure on the page (tpviz-live.js keeps the views in
 // window.tpvizLive) and reports, per control, whether the figure changed and how long the
 // update took: from the input event until the browser has painted the frame after the view
-// re-ran and redrew its SVG (what the reader waits). A figure's first move is reported apart.
-async (budgetTries) => {
+// re-ran and redrew its SVG (what the reader waits). A figure's first move is reported apart
+// (`firstOnly`: only it). `tries`: values of another control tried where one changes nothing.
+async ({ tries: budgetTries, firstOnly }) => {
   await window.tpvizLiveReady;
   const results = [];
   // the drawing without the ids Vega numbers afresh on each redraw (clip paths, gradients)
@@ -36,6 +37,7 @@ async (budgetTries) => {
                        ms: [ms], restored: true });
       }
     }
+    if (firstOnly) continue;
     if (controls.length === 0) results.push({ figure: fig.name, control: null, changed: false, ms: [] });
     for (const el of controls) {
       const name = (el.closest(".vega-bind") || el.parentElement).textContent.trim() || el.name;
