@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from tpviz.core import compiled, verify
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ArgumentError, DeviceSetupError
 from tpviz.pipeline import schedule, simulate
@@ -55,6 +56,13 @@ class Curve:
         """Mean loss of the last tenth of the steps."""
         tail = max(1, len(self.losses) // 10)
         return float(np.mean(self.losses[-tail:]))
+
+
+class Runs(dict):
+    """``{lr: {label: Curve}}``, and ``program``: the compiled program that trained them all
+    (for :func:`tpviz.core.compiled.collectives` and ``memory``)."""
+
+    program: object = None
 
 
 def versions(name: str, steps: int, stages: int = STAGES) -> tuple[np.ndarray, np.ndarray, int]:
@@ -159,9 +167,10 @@ def _program(mesh, stages: int, slots: int, beta: float, gamma: float):
 
 def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16,
           rows: int = 16, momentum: float = 0.9, warmup: int | None = None,
-          seed: int = 0, steep: float = 1.0) -> dict[float, dict[str, Curve]]:
+          seed: int = 0, steep: float = 1.0) -> Runs:
     """Train the 4-stage MLP once per label of :data:`RUNS` and learning rate (same data,
-    same start), all in one compiled program: ``{lr: {label: Curve}}``.
+    same start), all in one compiled program: ``{lr: {label: Curve}}`` (a :class:`Runs`,
+    whose ``program`` is that compiled program).
 
     Raises:
         ArgumentError: an unknown label or steps < 2 STAGES.
@@ -196,13 +205,17 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
     tables = [_tables(label, steps, lr, warmup) for lr, label in runs]
     fwd, bwd, update, rate, lag = (np.stack([t[k] for t in tables]) for k in range(5))
     args = (w0, b0, xs, targets(xs), fwd, bwd, update, rate, lag, x_eval, targets(x_eval))
-    lowered = program.lower(*args)
+    # host arguments: with several processes, compile for their shapes and place them on call
+    shapes = args if jax.process_count() == 1 else tuple(
+        jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
+    lowered = program.lower(*shapes)
     try:  # XLA's backend optimisation off: compiles in a few seconds instead of a minute
-        compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
+        run = lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
     except Exception:  # a backend without the option
-        compiled = lowered.compile()
-    losses = np.asarray(compiled(*args))[0]
-    out: dict[float, dict[str, Curve]] = {lr: {} for lr in lrs}
+        run = lowered.compile()
+    losses = verify.host(compiled.placing(run)(*args), np.float32)[0]
+    out = Runs({lr: {} for lr in lrs})
+    out.program = run
     for i, ((lr, label), t) in enumerate(zip(runs, tables, strict=True)):
         out[lr][label] = Curve(label, losses[i], t[5], t[6])
     return out

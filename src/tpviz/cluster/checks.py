@@ -26,8 +26,8 @@ import numpy as np
 from tpviz.cluster import compare
 from tpviz.cluster.launch import Launch, environment, free_port, noise
 
-TOPICS = ("layouts", "collectives", "matmul", "megatron", "zero", "mesh2d", "pipeline", "moe",
-          "together", "autoshard")
+TOPICS = ("layouts", "collectives", "matmul", "megatron", "zero", "mesh2d", "pipeline",
+          "asyncpipe", "context", "moe", "together", "autoshard")
 
 
 @dataclass(frozen=True)
