@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     tpviz.setup_devices(args.devices, timeout=args.timeout)
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for topic in args.topics.split(","):
+    names = args.topics.split(",")
+    for k, topic in enumerate(names, start=1):
         start, cpu = time.perf_counter(), time.process_time()
         try:
             found, values = topics.run(topic)
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"{topic}.json").write_text(json.dumps(
             {"digest": record, "error": error, "seconds": seconds,
              "cpu_seconds": time.process_time() - cpu}))
-        print(f"{'failed' if error else 'done'} {topic}: {seconds:.1f} s, "
+        print(f"{'failed' if error else 'done'} {topic} ({k} of {len(names)}): {seconds:.1f} s, "
               f"{time.process_time() - cpu:.1f} s of CPU", flush=True)
     return 1 if failed else 0
 
