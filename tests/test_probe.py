@@ -317,3 +317,33 @@ def test_system_names_go_through_one_lookup():
                                                          "W1[D, F]", {"X": 8}), system="H100")):
         with pytest.raises(ArgumentError, match="'H100 \\(NVLink\\)'"):
             call()
+
+
+# --- the second probe (new chapters and the cross-process command) ---------------------------
+
+@pytest.mark.parametrize("argv", [["--processes", "0"], ["--processes", "100"],
+                                  ["--devices-per-process", "100000"], ["--timeout", "nan"],
+                                  ["--timeout", "-5"], ["--processes", "3"],
+                                  ["--script", "/nonexistent/script.py"]])
+def test_cluster_arguments_are_refused_before_any_process_starts(argv, capsys):
+    from tpviz.cluster.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert "error: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    (dict(lrs=(NAN,)), "lrs"), (dict(lrs=()), "one or more"), (dict(labels=()), "empty"),
+    (dict(labels="synchronous"), "tuple of run names"), (dict(labels=None), "tuple"),
+    (dict(width=0), "width"), (dict(rows=2.5), "rows"), (dict(momentum=1.0), "below 1"),
+    (dict(momentum=NAN), "momentum"), (dict(steps=5000, width=256), "the work"),
+])
+def test_stale_training_refuses_bad_arguments_before_compiling(kwargs, words):
+    from tpviz.asyncpipe import stale
+
+    start = time.perf_counter()
+    with pytest.raises((ValueError, TypeError), match=words):
+        stale.train(**kwargs)
+    assert time.perf_counter() - start < 2

@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import compiled, verify
+from tpviz.core import compiled, validate, verify
 from tpviz.devices import chosen_devices, make_mesh
-from tpviz.errors import ArgumentError, DeviceSetupError
+from tpviz.errors import ArgumentError, ArgumentTypeError, DeviceSetupError
 from tpviz.pipeline import schedule, simulate
 from tpviz.pipeline.run import init
 
@@ -173,14 +173,25 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
     whose ``program`` is that compiled program).
 
     Raises:
-        ArgumentError: an unknown label or steps < 2 STAGES.
+        ArgumentError, ArgumentTypeError: an unknown or no label; steps outside 8..5000;
+            a learning rate, width, rows, momentum (0 <= beta < 1) that does not fit; more
+            work than a few seconds.
         DeviceSetupError: fewer than 4 devices.
     """
-    unknown = [x for x in labels if x not in RUNS]
-    if unknown:
-        raise ArgumentError(f"labels: {unknown[0]!r} is not a run; choose from {list(RUNS)}.")
-    if not isinstance(steps, int) or not 2 * STAGES <= steps <= 5000:
-        raise ArgumentError(f"steps must be an integer from {2 * STAGES} to 5000, got {steps!r}.")
+    labels, lrs = _names(labels), _rates(lrs)
+    steps = validate.integer("steps", steps, minimum=2 * STAGES, maximum=5000)
+    width = validate.integer("width", width, maximum=256)
+    rows = validate.integer("rows", rows, maximum=1024)
+    momentum = validate.number("momentum", momentum, minimum=0.0)
+    if momentum >= 1:
+        raise ArgumentError(f"momentum must be below 1, got {momentum:g} (0.9 is usual).")
+    steep = validate.number("steep", steep, positive=True)
+    seed = validate.integer("seed", seed, minimum=0)
+    if warmup is not None:
+        warmup = validate.integer("warmup", warmup, minimum=1)
+    validate.bounded("steps x runs x rows x width^2 (the work)",
+                     steps * len(labels) * len(lrs) * rows * width * width, 2e9,
+                     "Train fewer steps, runs or a narrower MLP.")
     devices = chosen_devices()
     if len(devices) < STAGES:
         raise DeviceSetupError(f"the run needs {STAGES} devices, only {len(devices)}; call "
@@ -219,6 +230,26 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
     for i, ((lr, label), t) in enumerate(zip(runs, tables, strict=True)):
         out[lr][label] = Curve(label, losses[i], t[5], t[6])
     return out
+
+
+def _names(labels) -> tuple[str, ...]:
+    if isinstance(labels, str) or not hasattr(labels, "__iter__"):
+        raise ArgumentTypeError(f"labels must be a tuple of run names such as "
+                                f"('synchronous', 'PipeDream'), got {labels!r}.")
+    labels = tuple(validate.choice("labels[i]", x, RUNS) for x in labels)
+    if not labels:
+        raise ArgumentError(f"labels is empty; choose some of {list(RUNS)}.")
+    return labels
+
+
+def _rates(lrs) -> tuple[float, ...]:
+    if isinstance(lrs, str) or not hasattr(lrs, "__iter__"):
+        raise ArgumentTypeError(f"lrs must be a tuple of learning rates such as (0.05, 0.2), "
+                                f"got {lrs!r}.")
+    lrs = tuple(validate.number("lrs[i]", x, positive=True) for x in lrs)
+    if not lrs or len(set(lrs)) != len(lrs):
+        raise ArgumentError(f"lrs must hold one or more different learning rates, got {lrs}.")
+    return lrs
 
 
 def _tables(label: str, steps: int, lr: float, warmup: int):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -111,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     for v in verdicts:
         print(v.line(), flush=True)
     same = sum(v.equal for v in verdicts)
+    cpu = sum(v.cpu_seconds for v in verdicts)
     say(f"tpviz.cluster: {same} of {len(verdicts)} topics match the single-process run "
-        f"({time.perf_counter() - start:.0f} s in all).")
+        f"({time.perf_counter() - start:.0f} s in all; the checks took {cpu:.0f} s of CPU in "
+        f"process 0; load average now {os.getloadavg()[0]:.1f}).")
     return 0 if same == len(verdicts) else 1
 
 
