@@ -114,7 +114,7 @@ CALLS = [
     (f("core.hardware", "gpu_cluster"), dict(name="H100", gpus=16), {"name": "s", "gpus": "i"}),
     (lambda kind="all-gather", nbytes=1e6, gpus=16: f("core.hardware", "gpu_cluster")(
         "H100", 16).price(kind, nbytes, gpus), dict(kind="all-gather", nbytes=1e6, gpus=16),
-     {"kind": "s", "nbytes": "f", "gpus": "i"}),
+     {"kind": "s", "nbytes": "f", "gpus": "g"}),
     (f("core.hardware", "chip_of"), dict(name="H100"), {"name": "s"}),
     (f("machines", "render_network"), dict(machine="TPU v5e 4×4", kind="all-gather",
                                            megabytes=10.0),
@@ -162,6 +162,7 @@ CALLS = [
 BAD = {"i": BAD_INT, "f": BAD_FLOAT, "s": BAD_STR, "z": [-1, 4, 2.5, "2", None, True],
        "b": [0.0, -1.0, NAN, "1e6", None, True],  # b: a bandwidth (infinite is allowed)
        "t": ["yes", 2, None],  # a flag
+       "g": [x for x in BAD_INT if x is not None],  # None: the default (all)
        "m": [(0, 4), (4, -1), (4.5, 4), "4x4", None, (4, 4, 4, 4, 4)],  # a mesh shape
        "l": [(), ("nope",), "synchronous", None, (NAN,)],  # a tuple of names or numbers
        "o": [None, {0: [5]}, {0: ["0Q0"]}, [["0F0"]], {"x": ["0F0"]}],  # torch's order
@@ -278,7 +279,8 @@ def probes():
     out = {}
     for fn, good, args in CALLS:
         name = (f"{fn.__module__.removeprefix('tpviz.')}.{fn.__name__}"
-                .replace("<lambda>", next(iter(good), "call")))
+                .replace("<lambda>", next(iter(good), "call"))
+                .removeprefix("__main__."))
         out[f"{name}(good)"] = (lambda fn=fn, good=good: fn(**good))
         for arg, kind in args.items():
             for value in BAD[kind]:
