@@ -100,11 +100,12 @@ def check_fsdp_collectives(answer) -> str:
 def check_tp_plan(tp_plan) -> str:
     """``tp_plan``: ``parallelize_module``'s dict for ``tp_model()`` ("0": up, "2": down),
     run on 4 processes against one process, its collectives counted by CommDebugMode."""
-    from tpviz.pytorch import shard
-    from tpviz.pytorch.check import launch_timed
     if not isinstance(tp_plan, dict) or not tp_plan:
         raise Wrong("give a dict from layer names ('0', '2') to parallel styles.")
     only_keys(tp_plan, ["0", "2"], "your plan")  # before starting 4 processes
+    from tpviz.pytorch import shard  # torch: imported once the answer is worth running
+    from tpviz.pytorch.check import launch_timed
+
     try:
         ranks, _ = launch_timed(shard.tensor_parallel, 4, {"yours": tp_plan},
                                 timeout=LAUNCH_TIMEOUT)

@@ -53,7 +53,8 @@ def runnable_schedules(has=None) -> tuple[tuple, dict[str, str]]:
 PRELOAD = ("tpviz.pytorch.check", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
            "torch.distributed.tensor.debug", "torch.distributed.pipelining")
 _ACTION = re.compile(r"^(\d+)(F|I|W|B)(\d+)$")
-_OTHER = re.compile(r"^\d+[A-Z_]+\d*$")  # SEND_F, RECV_B, UNSHARD, REDUCE_GRAD, ...
+_OTHER = re.compile(r"^\d+(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD"
+                    r"|OVERLAP_F_B)\d*$")  # torch's actions that run no F, B or W
 
 
 def parse(action: str) -> list[Op]:
