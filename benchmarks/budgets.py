@@ -11,6 +11,7 @@
   headless Chromium by ``make test-book``, which writes ``_build/screenshots/live_times.json``:
   the 90th percentile of every control move of each live figure; run it first).
 Exits 1 if a budget is exceeded. Timings vary with the machine: report the machine with them.
+Progress goes to stderr, one line per item measured, with the seconds since the start.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ DEFAULT_NOTEBOOK_BUDGET_S = 60.0
 REDRAW_BUDGET_MS, COMPILING_REDRAW_BUDGET_MS = 150.0, 1000.0
 LIVE_UPDATE_BUDGET_MS = 50.0
 LIVE_TIMES = ROOT / "_build" / "screenshots" / "live_times.json"
+STARTED = time.perf_counter()
+
+
+def progress(done: int, total: int, line: str) -> None:
+    """One line on stderr: item ``done`` of ``total``, seconds since the start, ``line``."""
+    print(f"[{done:>3}/{total} {time.perf_counter() - STARTED:6.1f} s] {line}", file=sys.stderr,
+          flush=True)
 
 
 def browser_updates() -> list[tuple[str, float, float]]:
@@ -48,13 +56,16 @@ def time_notebooks() -> list[tuple[str, float, float]]:
     from nbclient import NotebookClient
 
     rows = []
-    for path in sorted((ROOT / "book").glob("*.ipynb")):
+    paths = sorted((ROOT / "book").glob("*.ipynb"))
+    for i, path in enumerate(paths, start=1):
+        progress(i - 1, len(paths), f"notebook {path.name} ...")
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
         NotebookClient(nb, timeout=600, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         budget = NOTEBOOK_BUDGET_S.get(path.stem, DEFAULT_NOTEBOOK_BUDGET_S)
         rows.append((f"notebook {path.name} (s)", time.perf_counter() - start, budget))
+        progress(i, len(paths), f"notebook {path.name}: {rows[-1][1]:.1f} s")
     return rows
 
 
@@ -95,7 +106,8 @@ def time_redraws() -> list[tuple[str, float, float]]:
         return png(result[1] if isinstance(result, tuple) else result)
 
     rows, warmed = [], set()
-    for render, settings in widget_settings():
+    items = widget_settings()
+    for i, (render, settings) in enumerate(items, start=1):
         if render not in warmed:  # warm-up: fonts, caches, the first compile
             redraw(render, settings)
             warmed.add(render)
@@ -104,6 +116,7 @@ def time_redraws() -> list[tuple[str, float, float]]:
         rows.append((f"{render.__name__} ({shown}{', compiled' if compiles else ''}) (ms)",
                      1000 * median_s(lambda r=render, s=settings: redraw(r, s), 5),
                      COMPILING_REDRAW_BUDGET_MS if compiles else REDRAW_BUDGET_MS))
+        progress(i, len(items), f"redraw {rows[-1][0]}: {rows[-1][1]:.0f}")
     return rows
 
 
@@ -111,6 +124,7 @@ def time_pipeline() -> list[tuple[str, float, float]]:
     from tpviz.pipeline import schedule, simulate
 
     seconds = median_s(lambda: simulate(schedule("interleaved", 64, 1024, 4)), 3)
+    progress(1, 1, f"pipeline plan + simulate: {seconds:.2f} s")
     return [("pipeline plan + simulate 64 x 1024 x 4 (s)", seconds, 1.0)]
 
 

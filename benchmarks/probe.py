@@ -98,9 +98,101 @@ CALLS = [
                                      mesh_shape={"X": 4}), {"src": "s", "dtype": "s"}),
     (f("core.cost", "system"), dict(value="H100 (NVLink)"), {"value": "s"}),
     (f("devices", "make_mesh"), dict(shape=(8,), axis_names=("data",)), {}),
+    # chapter 2: the hardware model and its explorers
+    (f("core.hardware", "roofline"), dict(name="TPU v5e", flops=1e12, nbytes=1e9, dtype="bf16"),
+     {"name": "s", "flops": "f", "nbytes": "f", "dtype": "s"}),
+    (f("core.hardware", "matmul_intensity"), dict(b=256, d=4096, f=16384, itemsize=2),
+     {"b": "i", "d": "i", "f": "i", "itemsize": "i"}),
+    (f("core.hardware", "data_parallel_batch"), dict(flops=1e15, bandwidth=1e11, axes=1),
+     {"flops": "f", "bandwidth": "f", "axes": "i"}),
+    (f("core.hardware", "tensor_parallel_limit"), dict(flops=1e15, bandwidth=1e11, ffn=16384),
+     {"flops": "f", "bandwidth": "f", "ffn": "i"}),
+    (f("core.hardware", "best_fsdp"), dict(batch=1024.0, ffn=16384, devices=64),
+     {"batch": "f", "ffn": "i", "devices": "i"}),
+    (f("core.hardware", "tpu"), dict(name="TPU v5e", mesh_shape=(4, 4)),
+     {"name": "s", "mesh_shape": "m"}),
+    (f("core.hardware", "gpu_cluster"), dict(name="H100", gpus=16), {"name": "s", "gpus": "i"}),
+    (lambda kind="all-gather", nbytes=1e6, gpus=16: f("core.hardware", "gpu_cluster")(
+        "H100", 16).price(kind, nbytes, gpus), dict(kind="all-gather", nbytes=1e6, gpus=16),
+     {"kind": "s", "nbytes": "f", "gpus": "g"}),
+    (f("core.hardware", "chip_of"), dict(name="H100"), {"name": "s"}),
+    (f("machines", "render_network"), dict(machine="TPU v5e 4×4", kind="all-gather",
+                                           megabytes=10.0),
+     {"machine": "s", "kind": "s", "megabytes": "f"}),
+    (f("machines", "render_roofline"), dict(chip="TPU v5e", eight_bit=False, batch=256),
+     {"chip": "s", "eight_bit": "t", "batch": "i"}),
+    # chapter 8: the schedule zoo, the papers' formulas, the staleness run
+    (f("asyncpipe.formulas", "paper_bubble"), dict(name="1f1b", p=4, m=8),
+     {"name": "s", "p": "i", "m": "i"}),
+    (f("asyncpipe.formulas", "table"), dict(p=4, m=8), {"p": "i", "m": "i"}),
+    (f("asyncpipe", "versions"), dict(name="pipedream", steps=16, stages=4),
+     {"name": "s", "steps": "i", "stages": "i"}),
+    (f("asyncpipe.explore", "render_zoo"), dict(name="pipedream", stages=4, microbatches=8),
+     {"name": "s", "stages": "i", "microbatches": "i", "split": "t"}),
+    (f("asyncpipe", "train"), dict(labels=("synchronous",), steps=8, lrs=(0.05,), width=4,
+                                   rows=2),
+     {"labels": "l", "steps": "i", "lrs": "l", "width": "i", "rows": "i", "momentum": "f"}),
+    # chapter 9: context parallelism
+    (f("context", "plan"), dict(scheme="ring", sequence=1024, heads=8, hidden=512, devices=8),
+     {"scheme": "s", "sequence": "i", "heads": "i", "hidden": "i", "devices": "i"}),
+    (f("context", "zigzag_order"), dict(sequence=64, devices=8),
+     {"sequence": "i", "devices": "i"}),
+    (f("context", "causal_work"), dict(devices=8, layout="zigzag"),
+     {"devices": "i", "layout": "s"}),
+    (f("context.compare", "layer"), dict(scheme="ring", sequence=1024, heads=8, hidden=512,
+                                         devices=8),
+     {"scheme": "s", "sequence": "i", "system": "s", "dtype": "s", "causal": "t"}),
+    (f("context.compare", "hiding_block"), dict(hidden=4096), {"hidden": "i", "system": "s",
+                                                               "devices": "i"}),
+    (f("context", "render_context"), dict(sequence=4096, devices=8, heads=32),
+     {"sequence": "i", "devices": "i", "heads": "i", "scheme": "s", "system": "s"}),
+    (f("context", "check"), dict(scheme="ulysses", sequence=16, heads=8, devices=8),
+     {"scheme": "s", "sequence": "i", "heads": "i", "devices": "i", "causal": "t"}),
+    # chapter 13: torch's schedules and FSDP2 read as tpviz plans (no torch needed)
+    (f("pytorch.plan", "parse"), dict(action="0F1"), {"action": "s"}),
+    (f("pytorch.plan", "fsdp_plan"), dict(params=10**6, devices=4, units=2,
+                                          reshard_after_forward=True),
+     {"params": "i", "devices": "i", "units": "i", "reshard_after_forward": "t"}),
+    (f("pytorch.plan", "compare"), dict(torch_name="Schedule1F1B", order={0: ["0F0"]},
+                                        microbatches=1),
+     {"torch_name": "s", "order": "o", "microbatches": "i"}),
+    # the cross-process command's arguments (refused before any process starts)
+    (lambda argv=(): _cluster(argv), dict(argv=None), {"argv": "c"}),
 ]
 BAD = {"i": BAD_INT, "f": BAD_FLOAT, "s": BAD_STR, "z": [-1, 4, 2.5, "2", None, True],
-       "b": [0.0, -1.0, NAN, "1e6", None, True]}  # b: a bandwidth (infinite is allowed)
+       "b": [0.0, -1.0, NAN, "1e6", None, True],  # b: a bandwidth (infinite is allowed)
+       "t": ["yes", 2, None],  # a flag
+       "g": [x for x in BAD_INT if x is not None],  # None: the default (all)
+       "m": [(0, 4), (4, -1), (4.5, 4), "4x4", None, (4, 4, 4, 4, 4)],  # a mesh shape
+       "l": [(), ("nope",), "synchronous", None, (NAN,)],  # a tuple of names or numbers
+       "o": [None, {0: [5]}, {0: ["0Q0"]}, [["0F0"]], {"x": ["0F0"]}],  # torch's order
+       "c": [["--processes", "0"], ["--processes", "-2"], ["--processes", "two"],
+             ["--devices-per-process", "0"], ["--processes", "100000"],
+             ["--devices-per-process", "100000"], ["--topics", "nope"], ["--topics", ","],
+             ["--timeout", "-5"], ["--timeout", "nan"], ["--timeout", "0"],
+             ["--bogus"], ["--script", "/nonexistent/script.py"]]}
+
+
+def _cluster(argv):
+    """``python -m tpviz.cluster`` with ``argv``: a usage error (argparse's exit status 2 with
+    its message) counts as clear; anything that starts processes is too late."""
+    from tpviz.cluster.__main__ import main
+
+    if argv is None:  # the good call: only the help
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            main(["--help"])
+        return None
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            status = main(list(argv))
+    except SystemExit as e:
+        if e.code == 2 and "error:" in err.getvalue():
+            raise TpvizError(err.getvalue().strip().splitlines()[-1]) from None
+        raise
+    if status == 2 and "Error" in err.getvalue():
+        raise TpvizError(err.getvalue().strip().splitlines()[-1])
+    return status
 
 
 def _p(module, name, *args, **kwargs):
@@ -186,7 +278,9 @@ def classify(call, limit: float) -> tuple[str, str, float]:
 def probes():
     out = {}
     for fn, good, args in CALLS:
-        name = f"{fn.__module__.removeprefix('tpviz.')}.{fn.__name__}"
+        name = (f"{fn.__module__.removeprefix('tpviz.')}.{fn.__name__}"
+                .replace("<lambda>", next(iter(good), "call"))
+                .removeprefix("__main__."))
         out[f"{name}(good)"] = (lambda fn=fn, good=good: fn(**good))
         for arg, kind in args.items():
             for value in BAD[kind]:

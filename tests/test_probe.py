@@ -317,3 +317,74 @@ def test_system_names_go_through_one_lookup():
                                                          "W1[D, F]", {"X": 8}), system="H100")):
         with pytest.raises(ArgumentError, match="'H100 \\(NVLink\\)'"):
             call()
+
+
+# --- the second probe (new chapters and the cross-process command) ---------------------------
+
+@pytest.mark.parametrize("argv", [["--processes", "0"], ["--processes", "100"],
+                                  ["--devices-per-process", "100000"], ["--timeout", "nan"],
+                                  ["--timeout", "-5"], ["--processes", "3"],
+                                  ["--script", "/nonexistent/script.py"]])
+def test_cluster_arguments_are_refused_before_any_process_starts(argv, capsys):
+    from tpviz.cluster.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert "error: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    (dict(lrs=(NAN,)), "lrs"), (dict(lrs=()), "one or more"), (dict(labels=()), "empty"),
+    (dict(labels="synchronous"), "tuple of run names"), (dict(labels=None), "tuple"),
+    (dict(width=0), "width"), (dict(rows=2.5), "rows"), (dict(momentum=1.0), "below 1"),
+    (dict(momentum=NAN), "momentum"), (dict(steps=5000, width=256), "the work"),
+])
+def test_stale_training_refuses_bad_arguments_before_compiling(kwargs, words):
+    from tpviz.asyncpipe import stale
+
+    start = time.perf_counter()
+    with pytest.raises((ValueError, TypeError), match=words):
+        stale.train(**kwargs)
+    assert time.perf_counter() - start < 2
+
+
+def _new_chapter_calls():
+    from tpviz.asyncpipe import formulas
+    from tpviz.context import compare, plan, zigzag_order
+    from tpviz.core import hardware as hw
+    from tpviz.pytorch import plan as torch_plan
+
+    return [
+        (lambda: hw.matmul_intensity(0, 4096, 16384), "b must be a positive integer"),
+        (lambda: hw.matmul_intensity(2.5, 4096, 16384), "b must be an integer"),
+        (lambda: hw.data_parallel_batch(NAN, 1e11), "flops must be a finite number"),
+        (lambda: hw.tensor_parallel_limit(1e15, -1.0, 16384), "bandwidth must be positive"),
+        (lambda: hw.best_fsdp(1024.0, 16384, True), "devices must be an integer"),
+        (lambda: hw.tpu("TPU v5e", None), "mesh_shape must be a tuple of sizes"),
+        (lambda: formulas.paper_bubble("nope", 4, 8), "not one of the choices"),
+        (lambda: formulas.paper_bubble("1f1b", 4, -3), "m must be a positive integer"),
+        (lambda: zigzag_order(64, NAN), "devices must be an integer"),
+        (lambda: plan("ring", 1024, 8, None, 8), "hidden must be an integer"),
+        (lambda: compare.layer("ring", 1024, 8, 512, 8, causal="yes"), "True or False"),
+        (lambda: compare.layer("ring", 1024, 8, 512, 8, system=None), "system = None"),
+        (lambda: compare.hiding_block(0), "hidden must be a positive integer"),
+        (lambda: torch_plan.parse("nope"), "not one of torch's pipeline actions"),
+        (lambda: torch_plan.parse(5), "action must be torch's action as text"),
+        (lambda: torch_plan.compare("Schedule1F1B", {"x": ["0F0"]}, 1), "ranks must be 0"),
+        (lambda: torch_plan.compare("Schedule1F1B", None, 1), "order must be a dict"),
+        (lambda: torch_plan.fsdp_plan(10**6, 4, 2.5, True), "units must be an integer"),
+        (lambda: torch_plan.fsdp_plan(10**6, 4, 2, None), "True or False"),
+    ]
+
+
+def test_the_new_chapters_refuse_bad_input_clearly():
+    from tpviz.errors import TpvizError
+
+    for call, words in _new_chapter_calls():
+        start = time.perf_counter()
+        with pytest.raises(TpvizError, match=words):
+            call()
+        assert time.perf_counter() - start < 2
+    from tpviz.pytorch import plan as torch_plan
+    assert torch_plan.parse("1SEND_F0") == [] and torch_plan.parse("0UNSHARD") == []

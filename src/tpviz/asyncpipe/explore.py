@@ -9,6 +9,7 @@ from matplotlib.figure import Figure
 from tpviz.asyncpipe.draw import gantt_versions, op_colour, version_colours
 from tpviz.core.figures import SMALL_PT, text_colour
 from tpviz.core.live import Grid, LiveFigure
+from tpviz.core.validate import flag
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.pipeline.explore import gantt_chart
 from tpviz.pipeline.plan import ZOO, schedule
@@ -18,7 +19,7 @@ NAMES = ("1f1b", "zb-h1", *ZOO)
 
 
 def _timeline(name: str, stages: int, microbatches: int, split: bool):
-    times = (1.0, 1.0, 1.0) if split else (1.0, 2.0)
+    times = (1.0, 1.0, 1.0) if flag("split", split) else (1.0, 2.0)
     return simulate(schedule(name, stages, microbatches), *times)
 
 

@@ -55,6 +55,9 @@ class Row:
 
 def paper_bubble(name: str, p: int, m: int) -> float:
     """The number the paper's bubble formula gives at t_F = t_W = 1 (t_B = 1 input part)."""
+    name = validate.choice("name", name, tuple(FORMULAS), error=ScheduleError)
+    p = validate.integer("p", p, maximum=10**6)
+    m = validate.integer("m", m, maximum=10**9)
     if name in ("1f1b", "pipedream", "2bw", "pipemare", "ampnet"):
         return (p - 1) / (m + p - 1)
     if name == "chimera":

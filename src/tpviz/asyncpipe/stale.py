@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from tpviz.core import compiled, validate, verify
 from tpviz.devices import chosen_devices, make_mesh
-from tpviz.errors import ArgumentError, DeviceSetupError
+from tpviz.errors import ArgumentError, ArgumentTypeError, DeviceSetupError
 from tpviz.pipeline import schedule, simulate
 from tpviz.pipeline.run import init
 
@@ -55,6 +56,13 @@ class Curve:
         """Mean loss of the last tenth of the steps."""
         tail = max(1, len(self.losses) // 10)
         return float(np.mean(self.losses[-tail:]))
+
+
+class Runs(dict):
+    """``{lr: {label: Curve}}``, and ``program``: the compiled program that trained them all
+    (for :func:`tpviz.core.compiled.collectives` and ``memory``)."""
+
+    program: object = None
 
 
 def versions(name: str, steps: int, stages: int = STAGES) -> tuple[np.ndarray, np.ndarray, int]:
@@ -159,19 +167,31 @@ def _program(mesh, stages: int, slots: int, beta: float, gamma: float):
 
 def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16,
           rows: int = 16, momentum: float = 0.9, warmup: int | None = None,
-          seed: int = 0, steep: float = 1.0) -> dict[float, dict[str, Curve]]:
+          seed: int = 0, steep: float = 1.0) -> Runs:
     """Train the 4-stage MLP once per label of :data:`RUNS` and learning rate (same data,
-    same start), all in one compiled program: ``{lr: {label: Curve}}``.
+    same start), all in one compiled program: ``{lr: {label: Curve}}`` (a :class:`Runs`,
+    whose ``program`` is that compiled program).
 
     Raises:
-        ArgumentError: an unknown label or steps < 2 STAGES.
+        ArgumentError, ArgumentTypeError: an unknown or no label; steps outside 8..5000;
+            a learning rate, width, rows, momentum (0 <= beta < 1) that does not fit; more
+            work than a few seconds.
         DeviceSetupError: fewer than 4 devices.
     """
-    unknown = [x for x in labels if x not in RUNS]
-    if unknown:
-        raise ArgumentError(f"labels: {unknown[0]!r} is not a run; choose from {list(RUNS)}.")
-    if not isinstance(steps, int) or not 2 * STAGES <= steps <= 5000:
-        raise ArgumentError(f"steps must be an integer from {2 * STAGES} to 5000, got {steps!r}.")
+    labels, lrs = _names(labels), _rates(lrs)
+    steps = validate.integer("steps", steps, minimum=2 * STAGES, maximum=5000)
+    width = validate.integer("width", width, maximum=256)
+    rows = validate.integer("rows", rows, maximum=1024)
+    momentum = validate.number("momentum", momentum, minimum=0.0)
+    if momentum >= 1:
+        raise ArgumentError(f"momentum must be below 1, got {momentum:g} (0.9 is usual).")
+    steep = validate.number("steep", steep, positive=True)
+    seed = validate.integer("seed", seed, minimum=0)
+    if warmup is not None:
+        warmup = validate.integer("warmup", warmup, minimum=1)
+    validate.bounded("steps x runs x rows x width^2 (the work)",
+                     steps * len(labels) * len(lrs) * rows * width * width, 2e9,
+                     "Train fewer steps, runs or a narrower MLP.")
     devices = chosen_devices()
     if len(devices) < STAGES:
         raise DeviceSetupError(f"the run needs {STAGES} devices, only {len(devices)}; call "
@@ -196,16 +216,40 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
     tables = [_tables(label, steps, lr, warmup) for lr, label in runs]
     fwd, bwd, update, rate, lag = (np.stack([t[k] for t in tables]) for k in range(5))
     args = (w0, b0, xs, targets(xs), fwd, bwd, update, rate, lag, x_eval, targets(x_eval))
-    lowered = program.lower(*args)
+    # host arguments: with several processes, compile for their shapes and place them on call
+    shapes = args if jax.process_count() == 1 else tuple(
+        jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
+    lowered = program.lower(*shapes)
     try:  # XLA's backend optimisation off: compiles in a few seconds instead of a minute
-        compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
+        run = lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
     except Exception:  # a backend without the option
-        compiled = lowered.compile()
-    losses = np.asarray(compiled(*args))[0]
-    out: dict[float, dict[str, Curve]] = {lr: {} for lr in lrs}
+        run = lowered.compile()
+    losses = verify.host(compiled.placing(run)(*args), np.float32)[0]
+    out = Runs({lr: {} for lr in lrs})
+    out.program = run
     for i, ((lr, label), t) in enumerate(zip(runs, tables, strict=True)):
         out[lr][label] = Curve(label, losses[i], t[5], t[6])
     return out
+
+
+def _names(labels) -> tuple[str, ...]:
+    if isinstance(labels, str) or not hasattr(labels, "__iter__"):
+        raise ArgumentTypeError(f"labels must be a tuple of run names such as "
+                                f"('synchronous', 'PipeDream'), got {labels!r}.")
+    labels = tuple(validate.choice("labels[i]", x, RUNS) for x in labels)
+    if not labels:
+        raise ArgumentError(f"labels is empty; choose some of {list(RUNS)}.")
+    return labels
+
+
+def _rates(lrs) -> tuple[float, ...]:
+    if isinstance(lrs, str) or not hasattr(lrs, "__iter__"):
+        raise ArgumentTypeError(f"lrs must be a tuple of learning rates such as (0.05, 0.2), "
+                                f"got {lrs!r}.")
+    lrs = tuple(validate.number("lrs[i]", x, positive=True) for x in lrs)
+    if not lrs or len(set(lrs)) != len(lrs):
+        raise ArgumentError(f"lrs must hold one or more different learning rates, got {lrs}.")
+    return lrs
 
 
 def _tables(label: str, steps: int, lr: float, warmup: int):

@@ -198,6 +198,8 @@ def check_switch_batch(batch) -> str:
     H = 768, F = 3072 on 8 devices: exactly the solver's switch point (found by bisection over
     multiples of N; the two schemes tie there)."""
     got = as_number(batch, "B*")
+    if got <= 0:  # before the solver's bisection
+        raise Wrong(f"B* = {got:g} is not a batch; it is a positive number of tokens.")
     switch, n = _switch_point(), SWITCH["devices"]
     hint = "Set Megatron's 2·B·H (activations) equal to data parallelism's 2·H·F (weights)."
     if got < switch:

@@ -8,12 +8,19 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
+from pathlib import Path
 
 from tpviz.cluster.checks import TOPICS, run_checks
 from tpviz.cluster.script import run_script
-from tpviz.errors import WorkerError
+from tpviz.core.host_memory import refuse_beyond_memory
+from tpviz.errors import DeviceSetupError, WorkerError
+
+MAX_PROCESSES = 64  # on one machine (loopback); each process imports JAX
+BOOK_DEVICES = 8  # the chapters' checks are written for 8 devices
 
 
 def _topics(text: str) -> tuple[str, ...]:
@@ -25,24 +32,65 @@ def _topics(text: str) -> tuple[str, ...]:
     return names
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_PROCESSES * BOOK_DEVICES:
+        raise argparse.ArgumentTypeError(f"{value} is not from 1 to {MAX_PROCESSES * BOOK_DEVICES}")
+    return value
+
+
+def _sizes(parser, args) -> None:
+    """Refuse what would start too many processes, or checks on another device count."""
+    if args.processes > MAX_PROCESSES:
+        parser.error(f"--processes {args.processes}: at most {MAX_PROCESSES} on one machine "
+                     "(each process starts JAX)")
+    if args.script:
+        path = Path(args.script)
+        if not path.is_file():
+            parser.error(f"--script {args.script}: no such file")
+        return
+    devices = args.processes * args.devices_per_process
+    if devices != BOOK_DEVICES:
+        parser.error(f"--processes {args.processes} x --devices-per-process "
+                     f"{args.devices_per_process} = {devices} devices; the chapters' checks "
+                     f"run on the book's {BOOK_DEVICES} (e.g. 2 x 4, 4 x 2, 8 x 1)")
+    try:
+        refuse_beyond_memory(args.devices_per_process)
+    except DeviceSetupError as e:
+        parser.error(str(e))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tpviz.cluster",
         description="Run every topic's check in one process and across processes on this "
                     "machine (loopback), and say per topic whether they are equal.")
-    parser.add_argument("--processes", type=int, default=2, help="processes (default 2)")
-    parser.add_argument("--devices-per-process", type=int, default=4,
+    parser.add_argument("--processes", type=_count, default=2,
+                        help=f"processes (default 2, at most {MAX_PROCESSES})")
+    parser.add_argument("--devices-per-process", type=_count, default=4,
                         help="emulated CPU devices in each process (default 4)")
     parser.add_argument("--topics", type=_topics, default=TOPICS,
                         help=f"comma-separated, default all: {','.join(TOPICS)}")
-    parser.add_argument("--timeout", type=float, default=900.0,
+    parser.add_argument("--timeout", type=_seconds, default=900.0,
                         help="seconds before every process is stopped (default 900)")
     parser.add_argument("--script", help="run this Python script in every process instead")
     args, rest = parser.parse_known_args(argv)
     if rest and not args.script:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.processes < 1 or args.devices_per_process < 1:
-        parser.error("--processes and --devices-per-process must be at least 1")
+    _sizes(parser, args)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -64,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     for v in verdicts:
         print(v.line(), flush=True)
     same = sum(v.equal for v in verdicts)
+    cpu = sum(v.cpu_seconds for v in verdicts)
     say(f"tpviz.cluster: {same} of {len(verdicts)} topics match the single-process run "
-        f"({time.perf_counter() - start:.0f} s in all).")
+        f"({time.perf_counter() - start:.0f} s in all; the checks took {cpu:.0f} s of CPU in "
+        f"process 0; load average now {os.getloadavg()[0]:.1f}).")
     return 0 if same == len(verdicts) else 1
 
 

@@ -26,8 +26,8 @@ import numpy as np
 from tpviz.cluster import compare
 from tpviz.cluster.launch import Launch, environment, free_port, noise
 
-TOPICS = ("layouts", "collectives", "matmul", "megatron", "zero", "mesh2d", "pipeline", "moe",
-          "together", "autoshard")
+TOPICS = ("layouts", "collectives", "matmul", "megatron", "zero", "mesh2d", "pipeline",
+          "asyncpipe", "context", "moe", "together", "autoshard")
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,11 @@ class Verdict:
     one_seconds: float  # the single-process run
     difference: float  # the largest relative difference of the values compared
     programs: int  # collectives compared (of every compiled program the checks read)
+    cpu_seconds: float = float("nan")  # CPU time of process 0 in the cross-process run
 
     def line(self) -> str:
-        timing = f"{self.seconds:6.1f} s across processes, {self.one_seconds:6.1f} s in one"
+        timing = (f"{self.seconds:6.1f} s ({self.cpu_seconds:5.1f} s of CPU) across processes, "
+                  f"{self.one_seconds:6.1f} s in one")
         if self.equal:
             return (f"{self.topic:12s} equal      {timing}; values within "
                     f"{self.difference:.0e}, {self.programs} compiled collectives the same")
@@ -76,7 +78,8 @@ def judge(topic: str, one: Path, many: list[Path]) -> Verdict:
 
     def verdict(why: str, diff: float = float("nan")) -> Verdict:
         count = _count_collectives((b or {}).get("digest"))
-        return Verdict(topic, not why, why, seconds, one_seconds, diff, count)
+        return Verdict(topic, not why, why, seconds, one_seconds, diff, count,
+                       (b or {}).get("cpu_seconds", float("nan")))
 
     if a is None or b is None:
         return verdict(f"no result from the {'single' if a is None else 'cross'}-process run")
@@ -126,11 +129,12 @@ def run_checks(processes: int = 2, devices_per_process: int = 4, topics=TOPICS,
 
         shown = ("one process", f"process 0 of {processes}")
 
-        def on_line(process, line):
-            if progress and not noise(line) and process.name in shown:
-                progress(f"  {process.name:16s} {line}")
-
         start = time.perf_counter()
+
+        def on_line(process, line):  # "[  41 s] process 0 of 2   done matmul (3 of 12): ..."
+            if progress and not noise(line) and process.name in shown:
+                progress(f"  [{time.perf_counter() - start:5.0f} s] {process.name:16s} {line}")
+
         run.watch(timeout, on_line)
         if progress:
             progress(f"  both runs ended after {time.perf_counter() - start:.1f} s")

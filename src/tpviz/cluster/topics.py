@@ -132,6 +132,43 @@ def pipeline() -> dict:
     return {name: topic.spmd_check(name, 4, 8) for name in ("gpipe", "1f1b")}
 
 
+def asyncpipe() -> dict:
+    """Chapter 8: the chapter's run, the 4-stage MLP trained 300 steps with each schedule's
+    weight versions at two learning rates (one program on 4 devices), and its assertions on
+    the final losses."""
+    from tpviz.asyncpipe import stale
+
+    results = stale.train(steps=300, lrs=(0.05, 0.2))
+    small, large = results[0.05], results[0.2]
+    sync, ampnet = large["synchronous"].final, large["AMPNet = PipeMare, no fixes"].final
+    verify.require(max(small[k].final / small["synchronous"].final
+                       for k in ("PipeDream", "AMPNet = PipeMare, no fixes")) < 1.5,
+                   "at lr 0.05 stale weights should cost less than 1.5x the synchronous loss")
+    verify.require(all(c.final > 3 * sync for k, c in large.items() if "synchronous" not in k),
+                   "at lr 0.2 every stale run should end above 3x the synchronous loss")
+    verify.require(large["PipeDream"].final < ampnet, "PipeDream should beat AMPNet at lr 0.2")
+    verify.require(large["PipeMare + LR rescheduling"].final < ampnet,
+                   "PipeMare's LR rescheduling should beat AMPNet at lr 0.2")
+    return {"final loss": {str(lr): {k: c.final for k, c in curves.items()}
+                           for lr, curves in results.items()},
+            "collectives": compiled.collectives(results.program),
+            "memory": compiled.memory(results.program)}
+
+
+def context() -> dict:
+    """Chapter 9: sequence parallelism, the ring (causal, zigzag) and Ulysses (causal) on 8
+    devices against full attention on one device, forward and gradients, and their compiled
+    collectives against the plan: the chapter's three checks."""
+    from tpviz import context as topic
+
+    out = {}
+    for scheme, heads, causal in (("sequence", 8, False), ("ring", 4, True),
+                                  ("ulysses", 8, True)):
+        found = topic.check(scheme, sequence=64, heads=heads, devices=8, causal=causal)
+        out[scheme] = {"forward": list(found), "train": found.train, "layout": found.layout}
+    return out
+
+
 def moe() -> dict:
     """Chapter 10: a top-2 MoE layer of 8 experts on 8 devices, by all-to-alls and GSPMD."""
     from tpviz import moe as topic
@@ -168,8 +205,9 @@ def autoshard() -> dict:
 # topic -> its chapter's check; meshes of 4 devices take them from every process in turn
 CHECKS = {"layouts": layouts, "collectives": collectives, "matmul": matmul,
           "megatron": megatron, "zero": zero, "mesh2d": mesh2d, "pipeline": pipeline,
-          "moe": moe, "together": together, "autoshard": autoshard}
-SPREAD = {"megatron", "pipeline"}  # their 4-device meshes: devices of every process
+          "asyncpipe": asyncpipe, "context": context, "moe": moe, "together": together,
+          "autoshard": autoshard}
+SPREAD = {"megatron", "pipeline", "asyncpipe"}  # 4-device meshes: devices of every process
 
 
 def run(topic: str) -> tuple[dict, list[np.ndarray]]:

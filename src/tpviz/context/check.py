@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 from tpviz.context.loops import executed
 from tpviz.context.plan import AXIS, check_sizes, plan
 from tpviz.context.run import SPECS, place, program, reference, to_layout, with_gradients
-from tpviz.core import compiled, verify
+from tpviz.core import compiled, validate, verify
 from tpviz.core.collectives import Collectives
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ShardingError
@@ -84,6 +84,8 @@ def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool
         CheckFailed: an output or gradient differs from one device's, or the compiled programs
             hold other collectives than the plan's.
     """
+    causal = validate.flag("causal", causal)
+    heads = validate.integer("heads", heads, error=ShardingError)
     layout = layout or ("zigzag" if causal and scheme == "ring" else "contiguous")
     scheme, s, a, n, h, layout = check_sizes(scheme, sequence, heads, devices,
                                              heads * HEAD_DIM, layout)

@@ -26,6 +26,13 @@ from tpviz.core.cost import SYSTEMS, System
 from tpviz.core.layout import dtype_size
 
 
+def _system(system) -> System:
+    """A system by name (a key of ``SYSTEMS``) or as a :class:`System`."""
+    if isinstance(system, System):
+        return system
+    return SYSTEMS[validate.choice("system", system, SYSTEMS)]
+
+
 def price(collectives, system: System) -> float:
     """Seconds to run ``collectives`` on ``system``, each priced by the book's hardware model
     (:meth:`tpviz.core.cost.System.price`: the torus or the GPU nodes and their links, latency
@@ -85,8 +92,7 @@ def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: int,
           system: str | System = "H100 (NVLink)", batch: int = 1, dtype="bf16",
           causal: bool = False) -> Layer:
     """Bytes, time and memory of one attention layer's forward pass under ``scheme``."""
-    system = (SYSTEMS[validate.choice("system", system, SYSTEMS)] if isinstance(system, str)
-              else system)
+    system, causal = _system(system), validate.flag("causal", causal)
     collectives = plan(scheme, sequence, heads, hidden, devices, batch=batch, dtype=dtype)
     comm = price(collectives, system)
     compute = flops(sequence, hidden, devices, batch, causal) / system.flops
@@ -103,6 +109,7 @@ def hiding_block(hidden: int, system: str | System = "H100 (NVLink)", dtype="bf1
                  devices: int = 8) -> float:
     """S/N, tokens per device from which one block's attention (non-causal) hides the next
     block's permute: 4·c²·H / R ≥ 2·c·H·b / W, so c ≥ R·b / (2·W) (independent of H)."""
-    system = (SYSTEMS[validate.choice("system", system, SYSTEMS)] if isinstance(system, str)
-              else system)
+    system = _system(system)
+    validate.integer("hidden", hidden)
+    devices = validate.integer("devices", devices, maximum=2**20)
     return system.flops * dtype_size(dtype) / (2 * egress(system, devices))

@@ -3,6 +3,8 @@ combine, the ring in ``shard_map``, the causal imbalance, and a design."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
@@ -56,14 +58,22 @@ def check_ulysses_ratio(answer) -> str:
     return f"{want:g} = N/2: Ulysses' bytes fall as 1/N, the ring's stay near 2·S·H·b."
 
 
+@functools.cache
+def _blocks():
+    """Two key blocks' attention and the whole's, compiled once per process."""
+    return jax.jit(lambda q, k, v: (block_attention(q, k[:, :4], v[:, :4]),
+                                    block_attention(q, k[:, 4:], v[:, 4:]),
+                                    block_attention(q, k, v)))
+
+
 @checker("The online-softmax combine")
 def check_online_combine(fn) -> str:
     """``fn(o1, lse1, o2, lse2) -> (o, lse)``: the attention of the same queries over two key
     blocks merged (``o[B, c, n, d]`` normalised, ``lse[B, c, n]``)."""
+    if not callable(fn):  # before compiling the reference
+        raise Wrong(f"your combine should be a function, but it is a {type(fn).__name__}.")
     rng = np.random.default_rng(3)
-    blocks = jax.jit(lambda q, k, v: (block_attention(q, k[:, :4], v[:, :4]),
-                                      block_attention(q, k[:, 4:], v[:, 4:]),
-                                      block_attention(q, k, v)))
+    blocks = _blocks()
     for scale in (1.0, 8.0, 30.0):  # large scores: a naive exp overflows
         q = (rng.standard_normal((1, 4, 2, 8)) * scale).astype(np.float32)
         k, v = (rng.standard_normal((1, 8, 2, 8)).astype(np.float32) for _ in range(2))

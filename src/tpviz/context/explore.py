@@ -7,6 +7,7 @@ from matplotlib.figure import Figure
 from tpviz.context.compare import hiding_block, layer
 from tpviz.context.draw import scaling
 from tpviz.context.plan import SCHEMES
+from tpviz.core import validate
 from tpviz.core.collectives import html_table
 from tpviz.core.cost import SYSTEMS
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
@@ -35,6 +36,10 @@ def render_context(sequence: int = 32768, devices: int = 8, heads: int = 32,
     first) and the curves against the sequence."""
     scheme = choice("scheme", scheme, SCHEMES)
     system = choice("system", system, SYSTEMS)
+    sequence = validate.integer("sequence", sequence, maximum=2**24)
+    devices = validate.integer("devices", devices, maximum=2**16)
+    heads = validate.integer("heads", heads, maximum=2**12)
+    causal = validate.flag("causal", causal)
     found = _layers(sequence, devices, heads, system, causal)
     rows = []
     for name in sorted(SCHEMES, key=lambda s: s != scheme):

@@ -77,6 +77,7 @@ def plan(scheme: str, sequence: int, heads: int, hidden: int, devices: int, *, b
     Raises:
         ArgumentError, ShardingError: see :func:`check_sizes`.
     """
+    hidden = validate.integer("hidden", hidden, error=ShardingError)
     scheme, s, a, n, h, _ = check_sizes(scheme, sequence, heads, devices, hidden)
     b = validate.integer("batch", batch, error=ShardingError)
     size, name = dtype_size(dtype), str(dtype_of(dtype))
@@ -102,6 +103,7 @@ def plan(scheme: str, sequence: int, heads: int, hidden: int, devices: int, *, b
 def zigzag_order(sequence: int, devices: int) -> np.ndarray:
     """The token order of the zigzag layout: the sequence in 2N chunks, device i holding
     chunks i and 2N-1-i (Brandon et al.'s striped attention balances the same way)."""
+    _, sequence, _, devices, _, _ = check_sizes("ring", sequence, 1, devices, layout="zigzag")
     chunks = np.arange(sequence).reshape(2 * devices, -1)
     return np.concatenate([np.concatenate([chunks[i], chunks[2 * devices - 1 - i]])
                            for i in range(devices)])

@@ -71,6 +71,18 @@ def number(name: str, value, *, positive: bool = False, minimum: float | None = 
     return plain
 
 
+def flag(name: str, value) -> bool:
+    """``value`` as a ``bool``: only ``True``/``False`` (or NumPy's), never 0, 1 or a string.
+
+    Raises:
+        ArgumentTypeError: anything else.
+    """
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise ArgumentTypeError(f"{name} must be True or False, got {value!r} "
+                            f"({type(value).__name__}).")
+
+
 def choice(name: str, value, options: Iterable, error: type[Exception] = ArgumentError):
     """``value`` if it is one of ``options``; else an error with a "did you mean" hint.
 

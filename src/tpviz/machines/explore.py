@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from tpviz.core import hardware as hw
 from tpviz.core.collectives import html_table
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
-from tpviz.core.validate import choice, number
+from tpviz.core.validate import choice, flag, integer, number
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.machines.draw import collective_curve, roofline
 
@@ -90,7 +90,7 @@ BATCHES = (16, 32, 64, 128, 256, 512, 1024, 4096)
 
 
 def _dtype(chip: str, eight_bit: bool) -> str:
-    if not eight_bit:
+    if not flag("eight_bit", eight_bit):
         return "bf16"
     return "int8" if "int8" in hw.CHIPS[chip].flops else "fp8"
 
@@ -98,7 +98,7 @@ def _dtype(chip: str, eight_bit: bool) -> str:
 def render_roofline(chip: str = "TPU v5e", eight_bit: bool = False, batch: int = 256
                     ) -> tuple[str, Figure]:
     """A matmul ``X[B, 8192] · W[8192, 8192]`` on ``chip``: its intensity against the ridge."""
-    chip = choice("chip", chip, CHIPS)
+    chip, batch = choice("chip", chip, CHIPS), integer("batch", batch, maximum=2**20)
     dtype, d = _dtype(chip, eight_bit), 8192
     size = 1 if dtype != "bf16" else 2
     r = hw.roofline(chip, 2 * batch * d * d, size * (2 * batch * d + d * d))

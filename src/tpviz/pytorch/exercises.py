@@ -100,11 +100,12 @@ def check_fsdp_collectives(answer) -> str:
 def check_tp_plan(tp_plan) -> str:
     """``tp_plan``: ``parallelize_module``'s dict for ``tp_model()`` ("0": up, "2": down),
     run on 4 processes against one process, its collectives counted by CommDebugMode."""
-    from tpviz.pytorch import shard
-    from tpviz.pytorch.check import launch_timed
     if not isinstance(tp_plan, dict) or not tp_plan:
         raise Wrong("give a dict from layer names ('0', '2') to parallel styles.")
     only_keys(tp_plan, ["0", "2"], "your plan")  # before starting 4 processes
+    from tpviz.pytorch import shard  # torch: imported once the answer is worth running
+    from tpviz.pytorch.check import launch_timed
+
     try:
         ranks, _ = launch_timed(shard.tensor_parallel, 4, {"yours": tp_plan},
                                 timeout=LAUNCH_TIMEOUT)
@@ -150,8 +151,6 @@ def pipeline_bubble(bounds, torch_name: str, microbatches: int) -> float:
 def check_pipeline_split(pipe) -> str:
     """``pipe = {"bounds": [(start, stop), ...], "schedule": "Schedule...", "microbatches":
     m}``: the 8-layer MLP on 4 processes, bubble ≤ 20 %, loss and gradients = one process."""
-    from tpviz.pytorch import run
-    from tpviz.pytorch.check import launch_timed
     if not isinstance(pipe, dict) or {"bounds", "schedule", "microbatches"} - set(pipe):
         raise Wrong("give a dict with the keys 'bounds', 'schedule' and 'microbatches'.")
     name, m = pipe["schedule"], as_integer(pipe["microbatches"], "microbatches")
@@ -179,6 +178,9 @@ def check_pipeline_split(pipe) -> str:
         raise Wrong(f"this pipeline idles {bubble:.0%} of the time; the target is at most "
                     f"{BUBBLE_TARGET:.0%}.",
                     "More microbatches, more chunks per rank, or evener stages.")
+    from tpviz.pytorch import run  # torch: imported once the answer is worth running
+    from tpviz.pytorch.check import launch_timed
+
     try:
         ranks, _ = launch_timed(run.pipelining, 4, ((name, v, where),), m, 0, tuple(bounds),
                                 timeout=LAUNCH_TIMEOUT)

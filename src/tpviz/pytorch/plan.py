@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from tpviz.compat import torch_v_schedules_on_gloo
+from tpviz.core import validate
 from tpviz.core.collectives import Collectives
 from tpviz.errors import ArgumentError
 from tpviz.pipeline import NAMES, schedule
@@ -52,6 +53,8 @@ def runnable_schedules(has=None) -> tuple[tuple, dict[str, str]]:
 PRELOAD = ("tpviz.pytorch.check", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
            "torch.distributed.tensor.debug", "torch.distributed.pipelining")
 _ACTION = re.compile(r"^(\d+)(F|I|W|B)(\d+)$")
+_OTHER = re.compile(r"^\d+(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD"
+                    r"|OVERLAP_F_B)\d*$")  # torch's actions that run no F, B or W
 
 
 def parse(action: str) -> list[Op]:
@@ -59,12 +62,16 @@ def parse(action: str) -> list[Op]:
     (the whole backward) become ``B``; ``W`` stays ``W``; an overlapped pair becomes its two
     ops in order. Communication and bookkeeping actions (``SEND_F``, ``REDUCE_GRAD``, ...)
     give no op."""
+    validate.instance("action", action, str, "torch's action as text, e.g. '0F1'")
     text = action.strip()
-    if text.startswith("("):
+    if text.startswith("(") and ")" in text:
         return [op for part in text[1:text.index(")")].split(";") for op in parse(part)]
     m = _ACTION.match(text)
     if not m:
-        return []
+        if _OTHER.match(text):
+            return []
+        raise ArgumentError(f"action = {action!r} is not one of torch's pipeline actions "
+                            "(stage, kind, microbatch: '0F1', '1I0', '1W0', '0SEND_F1', ...).")
     stage, kind, mb = m.groups()
     return [Op("B" if kind == "I" else kind, int(mb), int(stage))]
 
@@ -72,6 +79,13 @@ def parse(action: str) -> list[Op]:
 def ops_of(order: dict[int, list[str | None]]) -> tuple[tuple[Op, ...], ...]:
     """Torch's ``pipeline_order`` (rank -> actions, ``None`` for a deliberate idle step) as
     tpviz's per-device op lists."""
+    validate.instance("order", order, dict, "a dict rank -> list of actions (torch's "
+                      "pipeline_order)")
+    if sorted(order, key=repr) != list(range(len(order))):
+        raise ArgumentError(f"order's ranks must be 0, 1, ..., {len(order) - 1}; got "
+                            f"{sorted(order, key=repr)}.")
+    for r, actions in order.items():
+        validate.instance(f"order[{r}]", actions, list | tuple, "a list of actions")
     return tuple(tuple(op for a in order[r] if a is not None for op in parse(str(a)))
                  for r in sorted(order))
 
@@ -193,6 +207,9 @@ def fsdp_plan(params: int, devices: int, units: int, reshard_after_forward: bool
     """The per-rank parameter bytes (tpviz.zero stage 3) and the collectives of one step: per
     ``fully_shard`` unit, an all-gather for forward, another for backward unless
     ``reshard_after_forward`` is False, and a reduce-scatter of gradients."""
+    units = validate.integer("units", units, maximum=10**6)
+    reshard_after_forward = validate.flag("reshard_after_forward", reshard_after_forward)
+    params = validate.integer("params", params, maximum=10**15)
     mem = zero.memory(params, devices, 3, param_bytes=param_bytes)
     steps: Collectives = zero.collectives(params, devices, 3, param_bytes=param_bytes)
     gathers = sum(c.kind == "all-gather" for c in steps) - (0 if reshard_after_forward else 1)

@@ -13,6 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpviz.core import validate
+
+
+def _rate(name: str, value) -> float:
+    return validate.number(name, value, positive=True)
+
+
+def _count(name: str, value) -> int:
+    return validate.integer(name, value, maximum=10**15)
+
 
 @dataclass(frozen=True)
 class Roofline:
@@ -43,7 +53,6 @@ class Roofline:
 def roofline(name: str, flops: float, nbytes: float, dtype: str = "bf16") -> Roofline:
     """The roofline of ``flops`` FLOPs that read and write ``nbytes`` bytes of HBM on chip
     ``name`` (a key of ``CHIPS`` or ``SYSTEMS``) at its peak for ``dtype``."""
-    from tpviz.core import validate
     from tpviz.core.hardware.systems import chip_of
 
     chip = chip_of(name)
@@ -56,6 +65,8 @@ def roofline(name: str, flops: float, nbytes: float, dtype: str = "bf16") -> Roo
 def matmul_intensity(b: int, d: int, f: int, itemsize: int = 2) -> float:
     """FLOPs per byte of ``X[B, D] · W[D, F]``: 2BDF / (itemsize·(BD + DF + BF)); about B when
     B ≪ D, F, so a bf16 matmul is compute-bound once the batch passes the ridge."""
+    b, d, f = _count("b", b), _count("d", d), _count("f", f)
+    itemsize = validate.integer("itemsize", itemsize, maximum=16)
     return 2 * b * d * f / (itemsize * (b * d + d * f + b * f))
 
 
@@ -67,7 +78,7 @@ def data_parallel_batch(flops: float, bandwidth: float, axes: int = 1) -> float:
     parallelism's all-reduce in the backward pass has the same ratio). T_math > T_comms gives
     B/X > C/(W·M_X) with M_X the torus axes the data axis spans.
     """
-    return flops / (bandwidth * axes)
+    return _rate("flops", flops) / (_rate("bandwidth", bandwidth) * _count("axes", axes))
 
 
 fsdp_batch = data_parallel_batch  # FSDP moves weights like data parallelism moves gradients
@@ -79,7 +90,8 @@ def tensor_parallel_limit(flops: float, bandwidth: float, ffn: int, axes: int = 
     Forward: T_math = 4·B·D·F/(Y·C); the activations' all-gather and reduce-scatter,
     T_comms = 4·B·D/(W·M_Y). T_math > T_comms gives F/Y > C/(W·M_Y), independent of B.
     """
-    return axes * ffn * bandwidth / flops
+    return (_count("axes", axes) * _count("ffn", ffn) * _rate("bandwidth", bandwidth)
+            / _rate("flops", flops))
 
 
 def mixed_batch(flops: float, bandwidth: float, ffn: int, axes_x: int = 1,
@@ -91,10 +103,13 @@ def mixed_batch(flops: float, bandwidth: float, ffn: int, axes_x: int = 1,
     term is smallest when the two are equal, at X_opt = sqrt(B·M_X·N/(F·M_Y)); there
     T_math/T_comms = sqrt(B·F·M_X·M_Y/N)/α, above 1 iff B/N > α²/(M_X·M_Y·F).
     """
-    alpha = flops / bandwidth
-    return alpha * alpha / (axes_x * axes_y * ffn)
+    alpha = _rate("flops", flops) / _rate("bandwidth", bandwidth)
+    return alpha * alpha / (_count("axes_x", axes_x) * _count("axes_y", axes_y)
+                            * _count("ffn", ffn))
 
 
 def best_fsdp(batch: float, ffn: int, devices: int, axes_x: int = 1, axes_y: int = 1) -> float:
     """X_opt = sqrt(B/F · M_X/M_Y · N): the FSDP degree that balances the two comms terms."""
-    return (batch / ffn * axes_x / axes_y * devices) ** 0.5
+    batch, ffn = _rate("batch", batch), _count("ffn", ffn)
+    ratio = _count("axes_x", axes_x) / _count("axes_y", axes_y)
+    return (batch / ffn * ratio * _count("devices", devices)) ** 0.5

@@ -160,11 +160,14 @@ def tpu(name: str, mesh_shape, wrap=None) -> TpuSlice:
             than the generation's pod.
     """
     from tpviz.core import validate
-    from tpviz.errors import ArgumentError
+    from tpviz.errors import ArgumentError, ArgumentTypeError
 
     system = TPUS[validate.choice("name", name, TPUS)]
     if isinstance(mesh_shape, int):
         mesh_shape = (mesh_shape,)
+    if isinstance(mesh_shape, str) or not hasattr(mesh_shape, "__iter__"):
+        raise ArgumentTypeError(f"mesh_shape must be a tuple of sizes such as (4, 4), got "
+                                f"{mesh_shape!r}.")
     shape = tuple(validate.integer("mesh_shape", n) for n in mesh_shape)
     if not 1 <= len(shape) <= len(system.pod):
         raise ArgumentError(f"mesh_shape = {shape} has {len(shape)} axes; a {name} slice has "
