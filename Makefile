@@ -1,7 +1,9 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
 #   make book   build the HTML book into _build/html (executes every chapter)
 #   make test   unit tests + every notebook under nbval + ruff (pinned requirements.txt, .venv)
-# Two more test the ends of the supported range (DESIGN.md, "Where it runs"), on Python 3.13:
+# Two more test the ends of the supported range (DESIGN.md, "Where it runs"), on Python 3.13,
+# every chapter under nbval and the unit tests not marked slow (tests that start worker
+# processes or repeat at more settings what the chapters' cells check: make test runs those):
 #   make test-colab    Colab's versions (requirements-colab.txt, .venv-colab): JAX 0.7.2,
 #                      ipywidgets 7.7.1, ...; tpviz installed with a plain `pip install .`,
 #                      checked to install tpviz alone
@@ -57,7 +59,14 @@ $(VENDOR_STAMP): $(STAMP) Makefile
 	@rm -rf $(VENDOR)/npm  # an older layout kept node_modules here, inside the site
 	@touch $@
 
+# The chapters are first executed two at a time into the build's own execution cache
+# (jupyter-cache, keyed by each notebook's code); the build then reads them from it. A chapter
+# that failed there is executed again by the build, which reports its error.
+BOOK_CACHE := _build/.jupyter_cache
 book: $(STAMP) $(VENDOR_STAMP)
+	@mkdir -p _build
+	@echo y | JUPYTERCACHE=$(BOOK_CACHE) $(BIN)/jcache notebook add book/[0-9]*.ipynb >/dev/null
+	JUPYTERCACHE=$(BOOK_CACHE) $(BIN)/jcache project execute --executor local-parallel --timeout 180
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
@@ -78,7 +87,7 @@ $(COLAB)/.installed: requirements-colab.txt
 # .ci/install_alone.py fails unless that installed tpviz alone and kept Colab's JAX and ipywidgets
 test-colab: $(COLAB)/.installed
 	$(COLAB)/bin/python .ci/install_alone.py requirements-colab.txt
-	TPVIZ_ENV=colab $(COLAB)/bin/python $(PYTEST)
+	TPVIZ_ENV=colab $(COLAB)/bin/python $(PYTEST) -m "not slow"
 
 NEWEST := .venv-newest
 $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
@@ -91,7 +100,7 @@ $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
 	@touch $@
 
 test-newest: $(NEWEST)/.installed
-	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST)
+	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST) -m "not slow"
 
 test-all: test test-colab test-newest
 

@@ -85,6 +85,7 @@ def test_staleness_runs_are_deterministic_and_in_order(runs):
     assert large["2BW"].final == max(c.final for c in large.values())
 
 
+@pytest.mark.slow
 def test_a_run_alone_repeats_its_curve(runs):
     # seeded: the same run alone gives the same curve (to float32 rounding of the batched
     # matmuls)
@@ -175,6 +176,7 @@ def test_dualpipe_idle_checker(capsys):
     fails(ex.check_dualpipe_idle, 6, 14, words="full backward")
 
 
+@pytest.mark.slow
 def test_explore_zoo_draws_and_refuses_bad_settings_clearly():
     import tpviz
 

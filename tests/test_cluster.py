@@ -120,7 +120,6 @@ def test_the_sanity_check_catches_a_wrong_end_of_chunk():
         sanity.first_wrong(got, want, "psum_scatter")
 
 
-@pytest.mark.slow
 def test_collectives_across_processes_equal_numpy():
     lines = []
     run_script(sanity.__file__, processes=2, timeout=300, out=lines.append)
@@ -187,6 +186,7 @@ def test_bad_launch_arguments(kwargs, words):
         tpviz.setup_devices(8, **kwargs, timeout=1, verbose=False)
 
 
+@pytest.mark.slow
 def test_devices_that_do_not_split_over_the_processes():
     done = python("""
         import tpviz
@@ -198,6 +198,7 @@ def test_devices_that_do_not_split_over_the_processes():
     assert "do not split evenly over 2 processes" in done.stdout, done.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_coordinator_times_out_clearly():
     port = free_port()  # nobody listens there
     done = python(f"""
@@ -214,6 +215,7 @@ def test_unreachable_coordinator_times_out_clearly():
     assert "after 2 s" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_missing_process_times_out_clearly():
     done = python(f"""
         import tpviz
@@ -226,6 +228,7 @@ def test_a_missing_process_times_out_clearly():
     assert "process(es) [1, 2] of 3 have not connected" in done.stdout, done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_processes_asking_for_different_device_counts(tmp_path):
     script = tmp_path / "mismatch.py"
     script.write_text("import os, tpviz\n"
@@ -237,6 +240,7 @@ def test_processes_asking_for_different_device_counts(tmp_path):
             "processes=2)") in str(e.value)
 
 
+@pytest.mark.slow
 def test_setup_devices_twice_across_processes():
     done = python(f"""
         import tpviz
@@ -253,6 +257,7 @@ def test_setup_devices_twice_across_processes():
     assert "ERROR: setup_devices was already called in this process" in done.stdout
 
 
+@pytest.mark.slow
 def test_auto_without_a_cluster():
     done = python("""
         import tpviz

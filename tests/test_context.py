@@ -13,6 +13,7 @@ from tpviz.errors import ArgumentError, CheckFailed, ShardingError
 @pytest.mark.parametrize(("scheme", "causal"), [("sequence", False), ("sequence", True),
                                                 ("ring", False), ("ring", True),
                                                 ("ulysses", False), ("ulysses", True)])
+@pytest.mark.slow
 def test_check_equals_full_attention_and_the_plan(scheme, causal):
     found = context.check(scheme, 32, 8, devices=4, causal=causal)
     assert found.forward_error < 1e-5 and found.gradient_error < 1e-5
@@ -29,6 +30,7 @@ def test_check_equals_full_attention_and_the_plan(scheme, causal):
         assert found.train.kinds() == {"all-gather": 2, "reduce-scatter": 2}
 
 
+@pytest.mark.slow
 def test_ring_contiguous_causal_and_eight_devices():
     found = context.check("ring", 64, 2, devices=8, causal=True, layout="contiguous")
     assert found.layout == "contiguous" and len(found) == 7
@@ -52,6 +54,7 @@ def test_plan_bytes_from_the_formulas():
     assert context.plan("ring", s, a, h, 1) == []
 
 
+@pytest.mark.slow
 def test_combine_is_attention_over_both_blocks():
     rng = np.random.default_rng(0)
     q, k, v = (jnp.asarray(rng.standard_normal((1, 6, 2, 4)), jnp.float32) for _ in range(3))
@@ -94,6 +97,7 @@ def test_plan_errors():
         context.plan("ring", 64, 4, 30, 8)
 
 
+@pytest.mark.slow
 def test_check_catches_a_wrong_plan(monkeypatch):
     """The check compares with the plan: a plan with one permute too few fails."""
     real = context.check.__globals__["plan"]
@@ -151,6 +155,7 @@ def _combine(o1, lse1, o2, lse2):
     return o1 * jnp.exp(lse1 - lse)[..., None] + o2 * jnp.exp(lse2 - lse)[..., None], lse
 
 
+@pytest.mark.slow
 def test_check_online_combine(capsys):
     passes(exercises.check_online_combine, _combine, capsys=capsys)
     fails(exercises.check_online_combine,
@@ -180,6 +185,7 @@ def _ring(q, k, v, separate=False, combine=True):
     return o
 
 
+@pytest.mark.slow
 def test_check_ring_step(capsys):
     passes(exercises.check_ring_step, _ring, capsys=capsys)
     fails(exercises.check_ring_step, lambda q, k, v: _ring(q, k, v, combine=False),
@@ -246,6 +252,7 @@ def test_ring_hides_its_permutes_from_the_threshold():
     assert uly.sent_bytes * 8 / 2 == above.sent_bytes  # Ulysses: N/2 times fewer bytes
 
 
+@pytest.mark.slow
 def test_memory_formula_beside_the_compiled_temporaries():
     for scheme in context.SCHEMES:
         measured = context.temporaries(scheme, 512, 8, devices=8)

@@ -39,6 +39,7 @@ def test_bad_device_count(n, error, words):
         tpviz.setup_devices(n)
 
 
+@pytest.mark.slow
 def test_works_after_importing_jax_first():
     result = run_python("""
         import jax, jax.numpy as jnp
@@ -52,6 +53,7 @@ def test_works_after_importing_jax_first():
     assert "3.0" in result.stdout
 
 
+@pytest.mark.slow
 def test_after_a_computation_ran_it_says_restart():
     result = run_python("""
         import jax.numpy as jnp

@@ -56,6 +56,7 @@ def test_g_is_all_reduce_forward_and_identity_backward(mesh):
     np.testing.assert_array_equal(grad, np.ones_like(x))  # not N: the backward is the identity
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "forward", "step"), [("mlp", 1, 2), ("block", 2, 4)])
 def test_sharded_model_is_exact_with_the_planned_all_reduces(mesh, data, kind, forward, step):
     x, target, params = data
@@ -71,6 +72,7 @@ def test_sharded_model_is_exact_with_the_planned_all_reduces(mesh, data, kind, f
     assert set(c.gspmd.kinds()) == {"all-reduce"}
 
 
+@pytest.mark.slow
 def test_without_conjugate_operators_the_gradients_are_wrong(mesh, data):
     x, target, params = data
     a, b = params["w1"], params["w2"]
@@ -121,6 +123,7 @@ def test_drawings_state_the_plan():
     assert "2 all-reduces forward (g), 2 backward (f)" in draw.timeline("block").axes[0].get_title(loc="left")
 
 
+@pytest.mark.slow
 def test_the_axis_argument_is_honoured_everywhere(data):
     x, target, params = data
     mesh = tpviz.make_mesh((4,), ("tp",), devices=tpviz.devices.chosen_devices()[:4])

@@ -98,6 +98,7 @@ def test_scaling_book_bound_matches_the_time_model():
         assert mesh2d.step_time(p, tpu, training=False).bound == bound, (factor, batch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(4, 2), (2, 4), (8, 1), (1, 8)])
 def test_real_run_matches_one_device_plan_and_compiled_collectives(shape):
     rng = np.random.default_rng(0)
@@ -116,6 +117,7 @@ def test_real_run_matches_one_device_plan_and_compiled_collectives(shape):
         s.bytes for s in c.plan.steps if s.communicates)
 
 
+@pytest.mark.slow
 def test_check_catches_a_wrong_program():
     rng = np.random.default_rng(1)
     x, dy = (rng.standard_normal((B, D), dtype=np.float32) for _ in range(2))
@@ -160,6 +162,7 @@ def test_swapped_axis_names_are_named():
                   np.zeros((D, F), np.float32), np.zeros((F, D), np.float32))
 
 
+@pytest.mark.slow
 def test_drawings_show_every_step():
     p = mesh2d.plan(B, D, F, (4, 2))
     fig = draw.step(p, 1)

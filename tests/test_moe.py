@@ -143,6 +143,7 @@ def planned_all_to_alls(found):
     return [(c.kind, c.bytes, c.group_size) for c in found if c.kind == "all-to-all"]
 
 
+@pytest.mark.slow
 def test_check_with_drops():
     result = moe.check(64, 8, 2, 1.0)
     assert result.capacity == 2  # ⌈2 · 8 · 1.0 / 8⌉ per group of 64 / 8 tokens
@@ -158,6 +159,7 @@ def test_check_with_drops():
     assert all(c.kind in ("all-to-all", "all-reduce") for c in result.collectives)
 
 
+@pytest.mark.slow
 def test_check_without_drops_softmax_after():
     result = moe.check(32, 8, 2, 4.0, devices=4, order="after")
     assert result.capacity == 8 and result.dropped == 0.0  # C = S: nothing can overflow

@@ -78,6 +78,7 @@ def test_seed_runs_equal_one_process(check):
         assert chunk == i
 
 
+@pytest.mark.slow
 def test_every_schedule_equals_one_process_and_matches_tpviz(check):
     rep = check.schedules()
     assert len(rep.results) >= 5 and max(rep.errors.values()) < 1e-5
@@ -102,6 +103,7 @@ def test_fsdp_and_dtensor_match_the_plans(check):
                                                            "reduce-scatter": 1}
 
 
+@pytest.mark.slow
 def test_a_worker_under_torchrun_equals_one_process():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     # torchrun --standalone: a rendezvous on loopback at a free port
@@ -112,6 +114,7 @@ def test_a_worker_under_torchrun_equals_one_process():
     assert "ddp: 2 processes, equal to one process" in done.stdout
 
 
+@pytest.mark.slow
 def test_workers_refuses_to_run_outside_a_launcher():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     env["PYTHONPATH"] = str(ROOT / "src")
@@ -160,6 +163,7 @@ def test_check_fsdp_collectives(capsys):
           words="reduce-scatters")  # counted the root as a unit
 
 
+@pytest.mark.slow
 def test_check_tp_plan_runs_the_plan_and_counts_its_collectives(capsys):
     from checking import fails, passes
     from torch.distributed.tensor import Replicate

@@ -99,12 +99,14 @@ def mesh():
     return tpviz.make_mesh((2, 2, 2), AXES)
 
 
+@pytest.mark.slow
 def test_2x2x2_equals_one_device_and_plan(mesh):
     r = check_run(mesh, Config())  # raises CheckFailed on any difference
     assert r.gradient_error < 1e-5
     assert set(r.compiled) == {"tensor", "pipeline", "data", "data+pipeline"}
 
 
+@pytest.mark.slow
 def test_remat_keeps_only_layer_inputs():
     cfg = Config(layers=2, hidden=32, heads=4, seq=32, batch=2)
     none, full = measure_remat(cfg, "none"), measure_remat(cfg, "full")

@@ -69,6 +69,7 @@ def test_zero_widget_says_whether_it_fits():
     assert "208.0 GB per device → does not fit; stage 0 never fits" in title
 
 
+@pytest.mark.slow
 def test_mesh2d_widget_shows_the_table_and_the_best_mesh(capsys):
     from tpviz.mesh2d.explore import render_mesh2d
 

@@ -118,6 +118,7 @@ def test_compiled_collectives_are_the_stages_layer_by_layer(measured):
     assert ring[3] / ring[0] == pytest.approx((3 * L - 1) / (2 * L))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_parameters_after_adam_steps_equal_one_devices(stage):
     assert zero.check.train(stage, layers=4, width=30, steps=3) < 1e-5  # 31 rows -> 32
