@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
 #   make book   build the HTML book into _build/html (executes every chapter)
-#   make test   unit tests + every notebook under nbval + ruff (pinned requirements.txt, .venv)
+#   make test   unit tests + every chapter + ruff (pinned requirements.txt, .venv)
 # Two more test the ends of the supported range (DESIGN.md, "Where it runs"), on Python 3.13,
 # every chapter under nbval and the unit tests not marked slow (tests that start worker
 # processes or repeat at more settings what the chapters' cells check: make test runs those):
@@ -24,9 +24,10 @@ QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 # Python 3.13 for the colab and newest environments: pyenv's newest 3.13, else python3.13
 PYTHON313 ?= $(or $(shell ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.13.*/bin/python \
 	2>/dev/null | sort -V | tail -n 1),$(shell command -v python3.13 2>/dev/null),python3.13)
-# the same test run in every environment: unit tests, then every chapter under nbval
-PYTEST := -m pytest tests book --nbval-lax -n 2 --dist loadfile -p no:cacheprovider \
-	--ignore=tests/browser
+# the test run of every environment: unit tests and every chapter. The pinned one executes each
+# chapter as one test into the book's execution cache (conftest.py, --chapters-into-cache), so
+# that `make book` builds from those runs; the others run the chapters under nbval.
+PYTEST := -m pytest tests book -n 2 --dist loadfile -p no:cacheprovider --ignore=tests/browser
 PIP := -m pip install --quiet --disable-pip-version-check
 # ipykernel 6 on Python 3.13 (colab) starts debugpy, which warns about frozen modules
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
@@ -60,8 +61,10 @@ $(VENDOR_STAMP): $(STAMP) Makefile
 	@touch $@
 
 # The chapters are first executed two at a time into the build's own execution cache
-# (jupyter-cache, keyed by each notebook's code); the build then reads them from it. A chapter
-# that failed there is executed again by the build, which reports its error.
+# (jupyter-cache, keyed by each notebook's code; `make test` fills it too, and a chapter already
+# there is not run again); the build then reads them from it. A chapter that failed there is
+# executed again by the build, which reports its error. After changing the library but not a
+# chapter, `make clean` first: the cache knows only the notebooks' code.
 BOOK_CACHE := _build/.jupyter_cache
 book: $(STAMP) $(VENDOR_STAMP)
 	@mkdir -p _build
@@ -71,7 +74,7 @@ book: $(STAMP) $(VENDOR_STAMP)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 test: $(STAMP) $(INSTRUCTOR)
-	TPVIZ_ENV=pinned $(BIN)/python $(PYTEST)
+	TPVIZ_ENV=pinned $(BIN)/python $(PYTEST) --chapters-into-cache
 	$(BIN)/ruff check .
 
 COLAB := .venv-colab
@@ -87,7 +90,7 @@ $(COLAB)/.installed: requirements-colab.txt
 # .ci/install_alone.py fails unless that installed tpviz alone and kept Colab's JAX and ipywidgets
 test-colab: $(COLAB)/.installed
 	$(COLAB)/bin/python .ci/install_alone.py requirements-colab.txt
-	TPVIZ_ENV=colab $(COLAB)/bin/python $(PYTEST) -m "not slow"
+	TPVIZ_ENV=colab $(COLAB)/bin/python $(PYTEST) --nbval-lax -m "not slow"
 
 NEWEST := .venv-newest
 $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
@@ -100,7 +103,7 @@ $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
 	@touch $@
 
 test-newest: $(NEWEST)/.installed
-	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST) -m "not slow"
+	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST) --nbval-lax -m "not slow"
 
 test-all: test test-colab test-newest
 

@@ -44,3 +44,75 @@ def pytest_collection_modifyitems(config, items):
         if ("torch" in item.keywords or TORCH_FIXTURES & set(getattr(item, "fixturenames", ()))
                 or any(_notebook_imports_torch(p) for p in chapters)):
             item.add_marker(skip)
+
+
+# --- make test: every chapter executed once, into the book's execution cache -----------------
+# With --chapters-into-cache (the pinned `make test`), each chapter is one test that executes
+# the whole notebook in a fresh kernel, fails with the cell's error, and stores the executed
+# notebook in _build/.jupyter_cache, the cache `make book` reads (jupyter-cache, keyed by the
+# notebook's code): the book is then built from these very runs instead of running every chapter
+# again. Without the option (test-colab, test-newest) the chapters run under nbval as before.
+BOOK_CACHE = os.path.join(os.path.dirname(__file__), "_build", ".jupyter_cache")
+CHAPTER = re.compile(r"^\d\d_.*\.ipynb$")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--chapters-into-cache", action="store_true",
+                     help="execute each book chapter as one test and keep its outputs in "
+                          "_build/.jupyter_cache for `make book`")
+
+
+def pytest_collect_file(parent, file_path):
+    if (parent.config.getoption("--chapters-into-cache") and CHAPTER.match(file_path.name)
+            and file_path.parent.name == "book"):
+        return ChapterFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ChapterFile(pytest.File):
+    def collect(self):
+        yield ChapterRun.from_parent(self, name="runs top to bottom")
+
+
+class ChapterRun(pytest.Item):
+    def runtest(self):
+        import nbformat
+        from jupyter_cache.executors.utils import single_nb_execution
+
+        nb = nbformat.read(self.path, as_version=4)
+        result = single_nb_execution(nb, cwd=str(self.path.parent), timeout=180,
+                                     allow_errors=False)
+        if result.err is not None:
+            raise ChapterFailed(result.exc_string or repr(result.err))
+        _store(nb, self.path, result.time)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, ChapterFailed):
+            return f"{self.path.name} failed:\n{excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: runs top to bottom"
+
+
+class ChapterFailed(Exception):
+    pass
+
+
+def _store(nb, path, seconds: float) -> None:
+    """Into the book's cache; the two test workers may write at once (SQLite: retry)."""
+    import time
+
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    for attempt in range(20):
+        try:
+            get_cache(BOOK_CACHE).cache_notebook_bundle(
+                CacheBundleIn(nb, str(path), data={"execution_seconds": seconds}),
+                check_validity=False, overwrite=True)
+            return
+        except Exception as e:  # sqlite3 / SQLAlchemy "database is locked"
+            if "locked" not in str(e) or attempt == 19:
+                raise
+            time.sleep(0.5)

@@ -1,4 +1,4 @@
-"""House rules of the chapter notebooks (their cells themselves run under nbval).
+"""House rules of the chapter notebooks (the chapters themselves run as tests: conftest.py).
 
 Run as a script (`python tests/test_notebooks.py`), it writes FIRST_CELL into every chapter
 whose first code cell is an install cell (one that calls tpviz.setup_devices).

@@ -50,6 +50,9 @@ _EXPLORERS = {
 
 
 def __getattr__(name: str):
+    if name in TOPICS:  # with its exercises room, as ``tpviz.moe.exercises.DROP_CHOICES`` reads
+        importlib.import_module(f"tpviz.{name}.exercises")
+        return importlib.import_module(f"tpviz.{name}")
     if name in _MODULES:
         return importlib.import_module(f"tpviz.{name}")
     if name in _EXPLORERS:
