@@ -39,7 +39,7 @@ FIRST: dict[str, list[float]] = {}  # each figure's first move on a fresh page
 SEEN: dict[str, dict] = {}  # what each page showed at 1280 px (for _build/screenshots/pages.json)
 SEEN_PHONE: dict[str, dict] = {}  # and at a phone's width
 PHONE = 390  # px: a phone's width
-FRESH_LOADS = 4  # more fresh loads of each page with live figures, to time their first moves
+FRESH_LOADS = 2  # more fresh loads of each page with live figures, to time their first moves
 
 
 @pytest.mark.parametrize("page_name", PAGES)

@@ -84,7 +84,8 @@ class Course:
         ``quiet`` too, no warning: the caller reads the log it returns)."""
         # nbgrader calls `alembic` by name: put this Python's scripts first on the PATH
         bindir = str(Path(sys.executable).parent)
-        env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+        env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+               **self.compile_cache()}
         run = subprocess.run([sys.executable, "-m", "nbgrader", *args],
                              cwd=self.root, capture_output=True, text=True, env=env)
         if run.returncode:
@@ -97,6 +98,16 @@ class Course:
                 return run.stdout + run.stderr
             raise GradingError(f"nbgrader {' '.join(args)} failed:\n{log}")
         return run.stdout + run.stderr
+
+    def compile_cache(self) -> dict[str, str]:
+        """The kernels' environment for JAX's persistent compilation cache, one per course (a
+        grading worker has a course of its own): every submission of a chapter compiles the
+        chapter's own programs again, so from the second submission on they are read from disk
+        (chapter 5: 20 s of cells become 15 s). Keyed by the program, JAX's version and the
+        compile options, so a learner's changed program is compiled anew."""
+        return {"JAX_COMPILATION_CACHE_DIR": str(self.root / "jax-cache"),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
     def released(self, chapter: str) -> bytes:
         return (self.root / "release" / chapter / f"{chapter}.ipynb").read_bytes()
