@@ -4,6 +4,10 @@ resolves."""
 import subprocess
 import sys
 
+import pytest
+
+import tpviz
+
 
 def test_topics_load_when_used_and_every_public_name_resolves():
     code = """
@@ -24,10 +28,6 @@ print(len(tpviz.exercises.__all__))
 
 
 def test_an_unknown_name_is_an_attribute_error():
-    import pytest
-
-    import tpviz
-
     with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
         tpviz.nonsense  # noqa: B018
     with pytest.raises(AttributeError, match="no attribute 'check_nonsense'"):

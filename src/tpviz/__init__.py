@@ -56,7 +56,7 @@ def __getattr__(name: str):
     if name in _MODULES:
         return importlib.import_module(f"tpviz.{name}")
     if name in _EXPLORERS:
-        return getattr(importlib.import_module(f"tpviz.{_EXPLORERS[name]}"), name)
+        return getattr(__getattr__(_EXPLORERS[name]), name)  # its topic, as above
     raise AttributeError(f"module 'tpviz' has no attribute {name!r}")
 
 
