@@ -8,10 +8,11 @@ Synchronous (one weight version per step, flushed):
   microbatches are directly concatenated (the paper's scheme for N > D).
 - ``zb-h2`` and ``zb-v`` (Qi et al. 2024): B (input gradient) and W (weight gradient) split.
   ZB-H2 warms up with ``2(p-d)-1`` forwards on device d (its ``(2p-1) M_B``) and keeps d W's
-  for the drain. ZB-V gives each device chunks d and 2p-1-d (a "V"); a device runs a ready B
-  first, else an F while it holds under ``2p`` chunk-microbatches (the 1F1B peak), else a W.
-  Neither reaches the paper's zero bubble here: that needs steps to overlap (its optimizer
-  post-validation), which one simulated step does not model.
+  for the drain. ZB-V gives each device chunks d and 2p-1-d (a "V") and holds at most ``2p``
+  chunk-microbatches (the 1F1B peak); its op order is built in :mod:`tpviz.pipeline.zbv`
+  (warm-up, rounds of one B and one F with W's only filling waits, the W stock last). Both
+  reach the paper's zero bubble once steps overlap (its optimizer post-validation,
+  :func:`tpviz.pipeline.simulate.steady_state`); one flushed step keeps the p-1 skew.
 - ``dualpipe`` and ``dualpipev`` (DeepSeek-AI 2024): the op order of ``deepseek-ai/DualPipe``'s
   ``step`` (steps 1-8). Its overlapped F&B chunks (``Schedule.paired``) are one op: it starts
   when the inputs of both its F and its backward are there and lasts F + B (ideal devices
@@ -29,6 +30,7 @@ from collections import deque
 
 from tpviz.errors import ScheduleError
 from tpviz.pipeline.plan import Op
+from tpviz.pipeline.zbv import min_microbatches, zbv
 
 SYNC = ("chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev")
 ASYNC = ("pipedream", "2bw", "pipemare", "ampnet")
@@ -53,6 +55,10 @@ def needs(name: str, p: int, m: int) -> None:
     if name == "dualpipe" and (m % 2 or m < 2 * p):
         raise ScheduleError(f"dualpipe needs an even number of microbatches, at least 2p = "
                             f"{2 * p}; got {m} (deepseek-ai/DualPipe's own condition).")
+    if name == "zb-v" and m < min_microbatches(p):
+        raise ScheduleError(f"zb-v needs at least 2p-1 = {min_microbatches(p)} microbatches for "
+                            f"p = {p} (device 0 warms up with 2p-1 forwards of its first chunk); "
+                            f"got {m}. Use m >= {min_microbatches(p)} or fewer stages.")
     if name == "dualpipev" and m < 2 * p:
         raise ScheduleError(f"dualpipev needs at least 2p = {2 * p} microbatches; got {m} "
                             "(deepseek-ai/DualPipe's own condition).")
@@ -68,7 +74,7 @@ def build(name: str, p: int, m: int, one_f_one_b) -> list[list[Op]]:
     if name == "zb-h2":
         return _zb_h2(p, m)
     if name == "zb-v":
-        return _greedy(p, m, 2, lambda c: c if c < p else 2 * p - 1 - c, [2 * p] * p)
+        return zbv(p, m)
     return _dualpipe(p, m, v_shape=name == "dualpipev")
 
 
@@ -135,57 +141,6 @@ def _zb_h2(p: int, m: int) -> list[list[Op]]:
             if warm + j < m:
                 ops.append(Op("F", warm + j, d))
         out.append(ops + pending)
-    return out
-
-
-def _greedy(p: int, m: int, v: int, device, limit: list[int]) -> list[list[Op]]:
-    """Lock-step list scheduling with t_F = t_B = t_W (one tick each): a device runs a ready B,
-    else a ready F if its held activations stay within ``limit[d]``, else its oldest pending W.
-    Chunk c lives on ``device(c)``; microbatches enter chunk 0 in order."""
-    n = p * v
-    chunks = [[c for c in range(n) if device(c) == d] for d in range(p)]
-    done: dict[tuple[str, int, int], int] = {}
-    next_f = [{c: 0 for c in chunks[d]} for d in range(p)]
-    ready_b = [deque() for _ in range(p)]
-    pending_w = [deque() for _ in range(p)]
-    held = [0] * p
-    out: list[list[Op]] = [[] for _ in range(p)]
-    total = 3 * m * n
-    t = 0
-    while sum(map(len, out)) < total:
-        if t > 10 * total:
-            raise ScheduleError("the greedy zero-bubble schedule did not finish (a bug).")
-        ran = []
-        for d in range(p):
-            op = None
-            for j, (mb, c) in enumerate(ready_b[d]):
-                if done.get(("B", mb, c + 1) if c < n - 1 else ("F", mb, c), t) < t:
-                    del ready_b[d][j]
-                    op = Op("B", mb, c)
-                    break
-            if op is None and held[d] < limit[d]:
-                # the F that is furthest along the model first (it frees memory soonest)
-                for c in sorted(chunks[d], reverse=True):
-                    mb = next_f[d][c]
-                    if mb < m and (c == 0 or done.get(("F", mb, c - 1), t) < t):
-                        op = Op("F", mb, c)
-                        break
-            if op is None and pending_w[d]:
-                op = Op("W", *pending_w[d].popleft())
-            if op is not None:
-                ran.append((d, op))
-        for d, op in ran:
-            out[d].append(op)
-            done[op] = t
-            if op.kind == "F":
-                next_f[d][op.chunk] += 1
-                held[d] += 1
-                ready_b[d].append((op.microbatch, op.chunk))
-            elif op.kind == "B":
-                pending_w[d].append((op.microbatch, op.chunk))
-            else:
-                held[d] -= 1
-        t += 1
     return out
 
 
