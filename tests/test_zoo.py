@@ -70,7 +70,7 @@ def test_zb_h2_memory_and_zb_v_memory_against_qi_et_al(p):
     h2 = simulate(schedule("zb-h2", p, 2 * p), 1.0, 1.0, 1.0)
     assert max(h2.peak_activations) == 2 * p - 1
     zbv = simulate(schedule("zb-v", p, 2 * p), 1.0, 1.0, 1.0)
-    assert zbv.peak_activations == (2 * p,) * p and zbv.weight_copies == (1.0,) * p
+    assert max(zbv.peak_activations) <= 2 * p and zbv.weight_copies == (1.0,) * p
     h1 = simulate(schedule("zb-h1", p, 2 * p), 1.0, 1.0, 1.0)
     assert h1.makespan - h1.work(0) == pytest.approx((p - 1) * (1 + 1 - 1))
     assert h2.bubble_fraction <= h1.bubble_fraction + 1e-12
@@ -207,11 +207,46 @@ def test_zb_h2_steps_back_to_back_form_a_gap_free_parallelogram(p):
         assert all(b[1] == a[2] for a, b in itertools.pairwise(spans))
 
 
-def test_chimera_dualpipe_and_zb_v_gain_nothing_from_overlap_here():
-    # Chimera and DualPipe(V) start and end every device's step on the dependency chain;
-    # ZB-V as built here (greedy) keeps the gap before device 0's last backward
-    for name, m in (("chimera", 8), ("dualpipe", 8), ("dualpipev", 8), ("zb-v", 8)):
+def test_chimera_and_dualpipe_gain_nothing_from_overlap_here():
+    # Chimera and DualPipe(V) start and end every device's step on the dependency chain
+    for name, m in (("chimera", 8), ("dualpipe", 8), ("dualpipev", 8)):
         times = (1.0, 1.0) if name == "chimera" else (1.0, 1.0, 1.0)
         sched = schedule(name, 4, m)
         assert steady_state(sched, *times).bubble_fraction == pytest.approx(
             simulate(sched, *times).bubble_fraction), name
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_zb_v_reaches_qi_et_al_zero_bubble_at_the_1f1b_peak(p, k):
+    # Qi et al. 2024, Sec. 6: ZB-V idles 0 with t_F = t_B = t_W once steps overlap (optimizer
+    # post-validation), holding at most 1F1B's peak: p full microbatches = 2p half-size chunks
+    # per device, one copy of the weights. One flushed step can idle no less than the skew:
+    # device s cannot start before s chunk ops, so the best is (p-1) / (6m + p-1) of the time
+    m = k * p
+    sched = schedule("zb-v", p, m)
+    assert sorted(op for row in sched.ops for op in row) == sorted(
+        (kind, i, c) for kind in "FBW" for i in range(m) for c in range(2 * p))
+    t = simulate(sched, 1.0, 1.0, 1.0)  # raises if an op waited for one that never runs
+    assert max(t.peak_activations) <= 2 * p and t.weight_copies == (1.0,) * p
+    assert t.bubble_fraction == pytest.approx((p - 1) / (6 * m + p - 1), abs=1e-9)
+    assert steady_state(sched, 1.0, 1.0, 1.0).bubble_fraction == pytest.approx(0.0, abs=1e-9)
+    # every device works without a gap from s to s + 6m chunk ops (half a t_F each)
+    for d in range(p):
+        spans = t.spans(d)
+        assert spans[0][1] == d / 2 and spans[-1][2] == (d + 6 * m) / 2
+        assert all(b[1] == a[2] for a, b in itertools.pairwise(spans))
+
+
+def test_zb_v_respects_the_v_and_needs_2p_minus_1_microbatches():
+    sched = schedule("zb-v", 4, 7)  # the fewest: device 0 warms up with 2p-1 forwards
+    for d, row in enumerate(sched.ops):
+        assert {op.chunk for op in row} == {d, 7 - d}
+    for row in sched.ops:  # a W after its B, a B after its F, on the same device
+        seen = set()
+        for op in row:
+            before = {"F": None, "B": "F", "W": "B"}[op.kind]
+            assert before is None or (before, op.microbatch, op.chunk) in seen, op
+            seen.add(tuple(op))
+    with pytest.raises(ScheduleError, match="2p-1 = 7"):
+        schedule("zb-v", 4, 6)

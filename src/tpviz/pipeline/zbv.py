@@ -23,7 +23,7 @@ so every device keeps a stock of them; at the end of the step the chain of the l
 microbatch needs 2p-1 ticks to come back to device 0, and the stock fills exactly those holes.
 Each device then works without a gap from tick d to tick d + 6m (a parallelogram), so
 consecutive steps chain with no idle time (:func:`tpviz.pipeline.simulate.steady_state`).
-Checked for p ≤ 12 and 2p-1 ≤ m ≤ 6p+2 in tests/test_zoo.py's way (the construction is ours;
+Checked for p ≤ 12 and 2p-1 ≤ m ≤ 6p+2 (tests/test_zoo.py: p = 2, 4, 8; the construction is ours;
 Qi et al. describe the phases and draw the schedule, their code is not used here).
 """
 
