@@ -23,8 +23,9 @@ so every device keeps a stock of them; at the end of the step the chain of the l
 microbatch needs 2p-1 ticks to come back to device 0, and the stock fills exactly those holes.
 Each device then works without a gap from tick d to tick d + 6m (a parallelogram), so
 consecutive steps chain with no idle time (:func:`tpviz.pipeline.simulate.steady_state`).
-Checked for p ≤ 12 and 2p-1 ≤ m ≤ 6p+2 (tests/test_zoo.py: p = 2, 4, 8; the construction is ours;
-Qi et al. describe the phases and draw the schedule, their code is not used here).
+Checked for p ≤ 12 and 2p-1 ≤ m ≤ 6p+2 (tests/test_zoo.py: p = 2, 4, 8). The rounds follow the
+structure of Qi et al.'s own scheduler (one B and one F a round, W's only where they fit); the
+warm-up, the choice rules and the code are ours, written for one tick per op.
 """
 
 from __future__ import annotations
