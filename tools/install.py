@@ -5,11 +5,12 @@
 uv (https://docs.astral.sh/uv/) installs the same requirements as pip, with the same resolution
 rules (``--index-strategy unsafe-best-match``: the best version from any index, as pip takes it),
 faster: the pinned environment took 169 s with pip and 74 s with uv on the 2-core CI machine
-(its downloads take 16 s; the rest is compiling every module to bytecode, as pip does too, which
-halves the imports of each test's kernels and workers where ``PYTHONDONTWRITEBYTECODE`` is set). uv does not read pip's configuration, so the indexes, find-links, constraint
-files and certificate pip is configured with (``pip config list``: files and ``PIP_*``
-variables) are passed on to it. uv is installed into the environment by its own pip first.
-Whenever uv cannot be installed or fails, pip does the install itself, as before.
+(its downloads take 16 s; the rest is compiling every module to bytecode, as pip does too: where
+``PYTHONDONTWRITEBYTECODE`` is set, that halves the imports of every kernel and worker the tests
+start). uv does not read pip's configuration, so the indexes, find-links, constraint files and
+certificate pip is configured with (``pip config list``: files and ``PIP_*`` variables) are
+passed on to it. uv is installed into the environment by its own pip first. Whenever uv cannot
+be installed or fails, pip does the install itself, as before.
 """
 
 from __future__ import annotations
