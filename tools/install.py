@@ -23,19 +23,22 @@ import sys
 # pip option -> uv option (values may be lists, separated by spaces, as pip reads them)
 OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url",
            "find-links": "--find-links", "constraint": "--constraint"}
+# which of pip's sources wins (``pip config list`` names them): PIP_* variables over the files
+RANK = {"global": 0, "user": 1, "site": 2, ":env:": 3}
 
 
 def pip_settings(python: str) -> dict[str, list[str]]:
-    """pip's configured values of :data:`OPTIONS` and ``cert`` (later sources win, as in pip)."""
+    """pip's configured values of :data:`OPTIONS` and ``cert`` (as pip ranks its sources)."""
     run = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True,
                          text=True)
-    found: dict[str, list[str]] = {}
+    found: dict[str, tuple[int, list[str]]] = {}
     for line in run.stdout.splitlines():
         key, sep, value = line.partition("=")
-        name = key.rpartition(".")[2]
-        if sep and (name in OPTIONS or name == "cert"):
-            found[name] = shlex.split(value.strip().strip("'\""))
-    return found
+        where, _, name = key.rpartition(".")
+        rank = RANK.get(where, 0)
+        if sep and (name in OPTIONS or name == "cert") and rank >= found.get(name, (-1,))[0]:
+            found[name] = (rank, shlex.split(value.strip().strip("'\"")))
+    return {name: values for name, (_, values) in found.items()}
 
 
 def uv_command(python: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
