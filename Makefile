@@ -28,7 +28,8 @@ PYTHON313 ?= $(or $(shell ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.13.*/bi
 # chapter as one test into the book's execution cache (conftest.py, --chapters-into-cache), so
 # that `make book` builds from those runs; the others run the chapters under nbval.
 PYTEST := -m pytest tests book -n 2 --dist loadfile -p no:cacheprovider --ignore=tests/browser
-PIP := -m pip install --quiet --disable-pip-version-check
+# every environment's install: uv when it can (same resolution as pip, faster), else pip
+INSTALL := tools/install.py
 # ipykernel 6 on Python 3.13 (colab) starts debugpy, which warns about frozen modules
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
@@ -45,8 +46,8 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tpviz needs Python 3.11 or newer (JAX 0.10 does); set PYTHON=python3.12, for example.")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing the pinned requirements into $(VENV) (only when requirements.txt changes)..."
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt 2>&1 | $(QUIET_PIP)
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | $(QUIET_PIP)
+	@$(BIN)/python $(INSTALL) $(BIN)/python -r requirements.txt 2>&1 | $(QUIET_PIP)
+	@$(BIN)/python $(INSTALL) $(BIN)/python --no-deps -e . 2>&1 | $(QUIET_PIP)
 	@$(BIN)/python -c "import tpviz, jax, jupyter_book, nbval"
 	@touch $@
 
@@ -82,7 +83,7 @@ $(COLAB)/.installed: requirements-colab.txt
 	@$(PYTHON313) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 13) else "make test-colab needs Python 3.13 (Colab'"'"'s); set PYTHON313=/path/to/python3.13.")'
 	@rm -rf $(COLAB) && $(PYTHON313) -m venv $(COLAB)
 	@echo "Installing Colab's versions into $(COLAB) (only when requirements-colab.txt changes)..."
-	@$(COLAB)/bin/python $(PIP) -r requirements-colab.txt 2>&1 | $(QUIET_PIP)
+	@$(COLAB)/bin/python $(INSTALL) $(COLAB)/bin/python -r requirements-colab.txt 2>&1 | $(QUIET_PIP)
 	@$(COLAB)/bin/python -c "import jax, ipywidgets, torch, nbval, xdist"
 	@touch $@
 
@@ -96,8 +97,8 @@ NEWEST := .venv-newest
 $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
 	@rm -rf $(NEWEST) && $(PYTHON313) -m venv $(NEWEST)
 	@echo "Installing the newest releases into $(NEWEST) (only when requirements-newest.txt changes)..."
-	@$(NEWEST)/bin/python $(PIP) --upgrade -r requirements-newest.txt 2>&1 | $(QUIET_PIP)
-	@$(NEWEST)/bin/python $(PIP) -e . 2>&1 | $(QUIET_PIP)
+	@$(NEWEST)/bin/python $(INSTALL) $(NEWEST)/bin/python --upgrade -r requirements-newest.txt 2>&1 | $(QUIET_PIP)
+	@$(NEWEST)/bin/python $(INSTALL) $(NEWEST)/bin/python -e . 2>&1 | $(QUIET_PIP)
 	@$(NEWEST)/bin/python -c "import tpviz, jax, ipywidgets, nbval, xdist"
 	@$(NEWEST)/bin/python -m pip freeze | grep -iE '^(jax|jaxlib|numpy|ipywidgets|matplotlib)=='
 	@touch $@
@@ -123,7 +124,7 @@ lint: $(STAMP)
 # _build/, so `make clean` keeps them; neither command overwrites a file changed since it wrote it.
 $(INSTRUCTOR): $(STAMP) pyproject.toml
 	@echo "Installing the instructor extra (nbgrader) into $(VENV)..."
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[instructor]" 2>&1 | $(QUIET_PIP)
+	@$(BIN)/python $(INSTALL) $(BIN)/python -e ".[instructor]" 2>&1 | $(QUIET_PIP)
 	@touch $@
 
 student: $(INSTRUCTOR)

@@ -131,6 +131,25 @@ def test_a_timeout_is_charged_to_its_exercise(tmp_path):
     assert timeouts(path) == {"b", "c"}
 
 
+@pytest.mark.slow
+def test_a_courses_nbgrader_worker_reports_failures_and_comes_back(monkeypatch):
+    from tpviz.grading.course import Course
+
+    monkeypatch.setattr(Course, "nbgrader", lambda *args: "")  # no generate_assignment: empty
+    with Course([]) as course:
+        ok, log = course.grade("autograde", "05_zero", "nobody")  # no such assignment
+        assert not ok and "05_zero" in log
+        first = course._worker
+        ok, log = course.grade("export", "05_zero", "nobody")
+        assert not ok and "unknown command 'export'" in log
+        first.kill()
+        first.wait()
+        ok, log = course.grade("export", "05_zero", "nobody")  # a new worker answers
+        second = course._worker
+        assert second is not first and "unknown command" in log
+    assert second.returncode == 0 and first.stdout.closed  # stopped, nothing left open
+
+
 def test_a_misnamed_submission_is_reported_and_skipped(tmp_path):
     from tpviz.grading.grade import misnamed
 

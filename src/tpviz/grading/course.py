@@ -11,6 +11,8 @@ own commands in it, and copies out only the results, through :func:`tpviz.gradin
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -63,6 +65,7 @@ class Course:
         require_fresh_metadata(chapter_paths)
         self.chapters = chapter_paths
         self.timeout = timeout
+        self._worker: subprocess.Popen | None = None
 
     def __enter__(self) -> Course:
         self.root = Path(tempfile.mkdtemp(prefix="tpviz-course-"))
@@ -76,18 +79,54 @@ class Course:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop_worker()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _stop_worker(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        with contextlib.suppress(OSError):  # (a worker that died with a request unread)
+            worker.stdin.close()  # the worker's loop ends
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        worker.stdout.close()
+
+    def _env(self) -> dict[str, str]:
+        # nbgrader calls `alembic` by name: put this Python's scripts first on the PATH
+        bindir = str(Path(sys.executable).parent)
+        return {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+                **self.compile_cache()}
+
+    def grade(self, command: str, chapter: str, student: str) -> tuple[bool, str]:
+        """Run nbgrader's ``autograde`` or ``generate_feedback`` for one submission in this
+        course's worker process (:mod:`tpviz.grading.worker`, started on first use): whether it
+        succeeded, and its log. A worker that died is started again for the next call."""
+        if self._worker is None or self._worker.poll() is not None:
+            self._stop_worker()
+            with (self.root / "worker.log").open("ab") as log:  # the child keeps its own
+                self._worker = subprocess.Popen(
+                    [sys.executable, "-m", "tpviz.grading.worker", str(self.root)],
+                    cwd=self.root, env=self._env(), stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=log, text=True)
+        self._worker.stdin.write(json.dumps([command, chapter, student]) + "\n")
+        self._worker.stdin.flush()
+        reply = self._worker.stdout.readline()
+        if not reply:
+            log = (self.root / "worker.log").read_text(errors="replace")[-3000:]
+            return False, f"{log}\nGradingError: the nbgrader worker stopped"
+        answer = json.loads(reply)
+        return answer["success"], answer["log"]
 
     def nbgrader(self, *args: str, check: bool = True, quiet: bool = False) -> str:
         """Run one nbgrader command in the course; its log in the error if it fails (with
         ``check=False``, a warning: nbgrader has gone on with the other notebooks; with
         ``quiet`` too, no warning: the caller reads the log it returns)."""
-        # nbgrader calls `alembic` by name: put this Python's scripts first on the PATH
-        bindir = str(Path(sys.executable).parent)
-        env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-               **self.compile_cache()}
         run = subprocess.run([sys.executable, "-m", "nbgrader", *args],
-                             cwd=self.root, capture_output=True, text=True, env=env)
+                             cwd=self.root, capture_output=True, text=True, env=self._env())
         if run.returncode:
             log = (run.stdout + run.stderr)[-3000:]
             if not check and quiet:

@@ -1,7 +1,8 @@
 """Grading one submission, in a worker's own nbgrader course, and remembering the result.
 
 :func:`grade_one` copies a submission into the course (putting back any check cell the learner
-deleted), runs nbgrader's ``autograde`` and ``generate_feedback`` for it alone, and reads its
+deleted), runs nbgrader's ``autograde`` and ``generate_feedback`` for it alone (in the course's
+worker process, :mod:`tpviz.grading.worker`), and reads its
 points from the gradebook. Each worker of :func:`tpviz.grading.grade.grade` has a course of its
 own (nbgrader's gradebook is one SQLite file), so workers never wait for each other.
 
@@ -113,11 +114,9 @@ def grade_one(course: Course, book: Path, student: str, chapter: str, path: Path
     data, restored = restore_check_cells(path.read_bytes(), course.released(chapter))
     (folder / f"{chapter}.ipynb").write_bytes(data)
     t0 = time.perf_counter()
-    log = course.nbgrader("autograde", chapter, "--student", student, "--force", check=False,
-                          quiet=True)
+    _, log = course.grade("autograde", chapter, student)
     t1 = time.perf_counter()
-    course.nbgrader("generate_feedback", chapter, "--student", student, "--force", check=False,
-                    quiet=True)
+    course.grade("generate_feedback", chapter, student)
     result.phases = {"autograde": round(t1 - t0, 1),
                      "feedback": round(time.perf_counter() - t1, 1)}
     autograded = course.root / "autograded" / student / chapter / f"{chapter}.ipynb"

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
+from operator import itemgetter
 from typing import NamedTuple
 
 from tpviz.core import validate
@@ -46,7 +47,7 @@ class Schedule:
     @cached_property
     def has_weight_ops(self) -> bool:
         """Whether the backward pass is split into B (input gradient) and W (weight gradient)."""
-        return any(op[0] == "W" for ops in self.ops for op in ops)
+        return any("W" in set(map(itemgetter(0), ops)) for ops in self.ops)
 
     def device(self, microbatch: int, chunk: int) -> int:
         """The device that runs ``chunk`` for ``microbatch``: ``c % p`` ("loop"); ``c`` or

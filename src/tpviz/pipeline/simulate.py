@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import accumulate, chain, repeat
+from operator import itemgetter
 
 from tpviz.core import validate
 from tpviz.errors import ScheduleError
@@ -159,70 +161,87 @@ def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
 def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 1) -> Timeline:
     p, v = sched.stages, sched.chunks
     n = p * v  # chunks in the model
-    last = n - 1
-    split = sched.has_weight_ops
+    last, m, device = n - 1, sched.microbatches, sched.device
     cost_f, cost_b, cost_w, cost_bw = cost["F"], cost["B"], cost["W"], cost["BW"]
     pairs = sched.paired
-    # finish times, flat per kind: index microbatch * n + chunk; -1 = not run yet
-    size = sched.microbatches * n * steps  # steps > 1: microbatch j m + i is step j's i
-    fin_f, fin_b, fin_w = [-1.0] * size, [-1.0] * size, [-1.0] * size
-    waiting: dict[tuple[str, int], list[int]] = {}
+    # finish times of F and of B (or BW), flat: index microbatch * n + chunk; -1 = not run yet
+    size = m * n * steps  # steps > 1: microbatch j m + i is step j's i
+    fin_f, fin_b = [-1.0] * size, [-1.0] * size
+    wait_f: dict[int, list[int]] = {}  # index -> devices waiting for that F (or B) to finish
+    wait_b: dict[int, list[int]] = {}
     free = [0.0] * p
-    pos = [0] * p
+    rest = [iter(row) for row in sched.ops]  # each device's ops not yet started
+    held: list[Op | None] = [None] * p  # the op a device is waiting to start
     starts: list[list[float]] = [[] for _ in range(p)]
     queue = deque(range(p))
     while queue:
         d = queue.popleft()
-        ops, i, t, row = sched.ops[d], pos[d], free[d], starts[d]
-        count = len(ops)
-        while i < count:
-            kind, mb, st = ops[i]
+        t, row, op = free[d], starts[d], held[d]
+        append = row.append
+        for op in rest[d] if op is None else chain((op,), rest[d]):  # noqa: B020
+            kind, mb, st = op
             here = mb * n + st
             if kind == "F":
-                dep, src, out, c = (fin_f, here - 1, fin_f, cost_f) if st else (None, 0, fin_f,
-                                                                                  cost_f)
-            elif kind == "B" or kind == "BW":
-                c = cost_b if kind == "B" else cost_bw
-                dep, src, out = (fin_b, here + 1, fin_b) if st < last else (fin_f, here, fin_b)
-            else:
-                dep, src, out, c = fin_b, here, fin_w, cost_w
-            start = t
-            if dep is not None:
+                out, woken, c = fin_f, wait_f, cost_f
+                if st:
+                    ready = fin_f[here - 1]
+                    if ready < 0.0:
+                        wait_f.setdefault(here - 1, []).append(d)
+                        held[d] = op
+                        break
+                    if p2p and device(mb % m, st - 1) != d:
+                        ready += p2p
+                    start = ready if ready > t else t
+                else:
+                    start = t
+            elif kind == "W":  # after its own B, on this device: never sent
+                if fin_b[here] < 0.0:
+                    wait_b.setdefault(here, []).append(d)
+                    held[d] = op
+                    break
+                append(t)
+                t += cost_w
+                continue
+            else:  # B or BW: after the next chunk's B, or the last chunk's F
+                out, woken, c = fin_b, wait_b, cost_b if kind == "B" else cost_bw
+                src, dep, wait = (here + 1, fin_b, wait_b) if st < last else (here, fin_f, wait_f)
                 ready = dep[src]
-                if ready < 0:
-                    waiting.setdefault((dep is fin_f, src), []).append(d)
+                if ready < 0.0:
+                    wait.setdefault(src, []).append(d)
+                    held[d] = op
                     break
-                if p2p and sched.device(mb % sched.microbatches, src % n) != d:
+                if p2p and device(mb % m, src % n) != d:
                     ready += p2p
-                if ready > t:
-                    start = ready
-            if pairs and i in pairs[d]:  # an F&B op: the backward's input must be there too
-                mb2, st2 = ops[i + 1][1], ops[i + 1][2]
+                start = ready if ready > t else t
+            if pairs and len(row) in pairs[d]:  # F&B: the backward's input must be there too
+                _, mb2, st2 = sched.ops[d][len(row) + 1]
                 here2 = mb2 * n + st2
-                dep2, src2 = (fin_b, here2 + 1) if st2 < last else (fin_f, here2)
-                ready = dep2[src2]
-                if ready < 0:
-                    waiting.setdefault((dep2 is fin_f, src2), []).append(d)
+                src2, dep, wait = (here2 + 1, fin_b, wait_b) if st2 < last else (here2, fin_f,
+                                                                                  wait_f)
+                ready = dep[src2]
+                if ready < 0.0:
+                    wait.setdefault(src2, []).append(d)
+                    held[d] = op
                     break
-                if p2p and sched.device(mb2 % sched.microbatches, src2 % n) != d:
+                if p2p and device(mb2 % m, src2 % n) != d:
                     ready += p2p
                 if ready > start:
                     start = ready
-            t = start + c
-            out[here] = t
-            row.append(start)
-            i += 1
-            if waiting and kind != "W":
-                woken = waiting.pop((kind == "F", here), None)
-                if woken:
-                    queue.extend(woken)
-        pos[d], free[d] = i, t
-    stuck = [d for d in range(p) if pos[d] < len(sched.ops[d])]
+            append(start)
+            out[here] = t = start + c
+            if woken:
+                sleepers = woken.pop(here, None)
+                if sleepers:
+                    queue.extend(sleepers)
+        else:
+            held[d] = None
+        free[d] = t
+    stuck = [d for d in range(p) if held[d] is not None]
     if stuck:
-        op = sched.ops[stuck[0]][pos[stuck[0]]]
+        op = held[stuck[0]]
         raise ScheduleError(f"the schedule deadlocks: device {stuck[0]} waits forever at {op}.")
     makespan = max(free)
-    busy = sum(cost[op[0]] for ops in sched.ops for op in ops)
+    busy = sum(sum(map(cost.__getitem__, map(itemgetter(0), ops))) for ops in sched.ops)
     starts = tuple(tuple(r) for r in starts)
     if steps > 1:  # steady_state: the times are what it needs
         return Timeline(sched, starts, dict(cost), makespan, 1 - busy / (p * makespan), ())
@@ -232,6 +251,7 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
         read = _versions.read(sched, starts, ends)
     else:  # synchronous: every op reads version 0 (cheap for a million ops)
         read = tuple((0,) * len(ops) for ops in sched.ops)
+    split = sched.has_weight_ops
     return Timeline(sched, starts, dict(cost), makespan,
                     1 - busy / (p * makespan), tuple(_peak(ops, split) for ops in sched.ops),
                     read, _versions.staleness(sched, read), _versions.copies(sched, read))
@@ -245,15 +265,8 @@ def releasing_kind(split: bool) -> str:
 
 def _peak(ops, split: bool) -> int:
     """Most microbatches whose activations a device holds: +1 at F, -1 at the releasing op."""
-    release = releasing_kind(split)
-    held = peak = 0
-    for op in ops:
-        if op.kind == "F":
-            held += 1
-            peak = max(peak, held)
-        elif op.kind == release or op.kind == "BW":
-            held -= 1
-    return peak
+    step = {"F": 1, releasing_kind(split): -1, "BW": -1}
+    return max(0, max(accumulate(map(step.get, map(itemgetter(0), ops), repeat(0))), default=0))
 
 
 def bubble_formula(name: str, stages: int, microbatches: int, chunks: int = 1,
