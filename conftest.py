@@ -11,6 +11,8 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -44,6 +46,32 @@ def pytest_collection_modifyitems(config, items):
         if ("torch" in item.keywords or TORCH_FIXTURES & set(getattr(item, "fixturenames", ()))
                 or any(_notebook_imports_torch(p) for p in chapters)):
             item.add_marker(skip)
+
+
+# --- one JAX compilation cache for the whole run ---------------------------------------------
+# The tests, the chapters and the checkers compile many of the same programs (a checker's
+# reference in its unit test and in its chapter; a chapter's program in its topic's tests). One
+# persistent compilation cache in a temporary folder, shared by the xdist workers and every
+# kernel they start (they inherit the environment), compiles each once per run: about a fifth of
+# the time of tests/test_megatron.py, tests/test_zero.py and their chapters. JAX keys each entry
+# by the program, its version and the compile options; the folder goes when the run ends.
+JAX_CACHE = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput") or "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return  # an xdist worker (it has the controller's) or a cache chosen by the caller
+    config.tpviz_jax_cache = tempfile.mkdtemp(prefix="tpviz-jax-cache-")
+    os.environ.update(JAX_CACHE, JAX_COMPILATION_CACHE_DIR=config.tpviz_jax_cache)
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "tpviz_jax_cache", None)
+    if folder:
+        for name in (*JAX_CACHE, "JAX_COMPILATION_CACHE_DIR"):
+            os.environ.pop(name, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- make test: every chapter executed once, into the book's execution cache -----------------
