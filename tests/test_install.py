@@ -1,5 +1,6 @@
 """tools/install.py: uv gets pip's configuration, and pip installs when uv cannot."""
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import install  # noqa: E402
+import install
 
 CONFIG = """\
 :env:.find-links='/opt/env-wheels'
@@ -38,7 +39,7 @@ def test_uv_gets_pips_indexes_links_constraints_and_certificate(monkeypatch):
     runs = Runs({})
     monkeypatch.setattr(install.subprocess, "run", runs)
     command, env = install.uv_command("py", ["-r", "requirements.txt"])
-    pairs = list(zip(command, command[1:]))
+    pairs = list(itertools.pairwise(command))
     # a PIP_* variable wins over the files (pip's own order); both extra indexes kept
     assert ("--find-links", "/opt/env-wheels") in pairs and "/opt/wheels" not in command
     assert ("--extra-index-url", "file:///opt/a/simple") in pairs
