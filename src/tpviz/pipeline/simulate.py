@@ -174,6 +174,19 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
     held: list[Op | None] = [None] * p  # the op a device is waiting to start
     starts: list[list[float]] = [[] for _ in range(p)]
     queue = deque(range(p))
+
+    def backward_input(mb: int, st: int, d: int) -> float:
+        """When the input of a backward on device d is there (after the next chunk's B, or the
+        last chunk's F); -1 after putting d on the wait list of the op that makes it."""
+        here = mb * n + st
+        src, dep, wait = (here + 1, fin_b, wait_b) if st < last else (here, fin_f, wait_f)
+        ready = dep[src]
+        if ready < 0.0:
+            wait.setdefault(src, []).append(d)
+        elif p2p and device(mb % m, src % n) != d:
+            ready += p2p
+        return ready
+
     while queue:
         d = queue.popleft()
         t, row, op = free[d], starts[d], held[d]
@@ -202,29 +215,19 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
                 append(t)
                 t += cost_w
                 continue
-            else:  # B or BW: after the next chunk's B, or the last chunk's F
+            else:  # B or BW
                 out, woken, c = fin_b, wait_b, cost_b if kind == "B" else cost_bw
-                src, dep, wait = (here + 1, fin_b, wait_b) if st < last else (here, fin_f, wait_f)
-                ready = dep[src]
+                ready = backward_input(mb, st, d)
                 if ready < 0.0:
-                    wait.setdefault(src, []).append(d)
                     held[d] = op
                     break
-                if p2p and device(mb % m, src % n) != d:
-                    ready += p2p
                 start = ready if ready > t else t
             if pairs and len(row) in pairs[d]:  # F&B: the backward's input must be there too
                 _, mb2, st2 = sched.ops[d][len(row) + 1]
-                here2 = mb2 * n + st2
-                src2, dep, wait = (here2 + 1, fin_b, wait_b) if st2 < last else (here2, fin_f,
-                                                                                  wait_f)
-                ready = dep[src2]
+                ready = backward_input(mb2, st2, d)
                 if ready < 0.0:
-                    wait.setdefault(src2, []).append(d)
                     held[d] = op
                     break
-                if p2p and device(mb2 % m, src2 % n) != d:
-                    ready += p2p
                 if ready > start:
                     start = ready
             append(start)
