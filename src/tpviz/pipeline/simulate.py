@@ -176,8 +176,7 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
     queue = deque(range(p))
 
     def backward_input(mb: int, st: int, d: int) -> float:
-        """When the input of a backward on device d is there (after the next chunk's B, or the
-        last chunk's F); -1 after putting d on the wait list of the op that makes it."""
+        """When a backward's input (the next chunk's B, or the last chunk's F) is on d; -1: d waits."""
         here = mb * n + st
         src, dep, wait = (here + 1, fin_b, wait_b) if st < last else (here, fin_f, wait_f)
         ready = dep[src]
