@@ -176,7 +176,7 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
     queue = deque(range(p))
 
     def backward_input(mb: int, st: int, d: int) -> float:
-        """When a backward's input (the next chunk's B, or the last chunk's F) is on d; -1: d waits."""
+        """When a backward's input (next chunk's B or last chunk's F) is on d; -1: d waits."""
         here = mb * n + st
         src, dep, wait = (here + 1, fin_b, wait_b) if st < last else (here, fin_f, wait_f)
         ready = dep[src]
