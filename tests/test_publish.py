@@ -5,6 +5,7 @@ _config.yml; notebook code lines fit the book's width."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -55,3 +56,27 @@ def test_notebook_code_lines_fit_the_page():
         if len(long) > STILL_LONG.get(nb.stem, 0):
             over += long
     assert not over, "lines over 88 characters:\n" + "\n".join(over)
+
+
+def test_works_of_one_author_and_year_are_told_apart_in_the_text():
+    sys.path.insert(0, str(ROOT / "web"))
+    import tpviz_book
+
+    def entry(ident, label):
+        return (f'<div class="citation" id="{ident}" role="doc-biblioentry">\n<span class="label">'
+                f'<span class="fn-bracket">[</span>{label}<span class="fn-bracket">]</span></span>')
+
+    references = (entry("id13", "Narayanan et al., 2021a") + entry("id8", "Narayanan et al., 2021b")
+                  + entry("id2", "Huang et al., 2019"))
+    letters = tpviz_book.year_letters(references)
+    assert letters == {"id13": "a", "id8": "b"}
+    page = ('<a class="reference internal" href="references.html#id8" title="t">Narayanan '
+            '<em>et al.</em>, 2021</a> and <a class="reference internal" href="#id13">Narayanan '
+            '<em>et al.</em>, 2021</a>, <a class="reference internal" href="references.html#id2">'
+            'Huang <em>et al.</em>, 2019</a>, <a class="reference internal" href="05_zero.html#id8">'
+            'chapter 5</a>')
+    on_references = page.replace("2021</a> and", "2021b</a> and").replace("2021</a>, <a",
+                                                                          "2021a</a>, <a")
+    assert tpviz_book.cite_letters(page, letters, references_page=True) == on_references
+    # on another page a bare #id13 is that page's own element: left alone
+    assert tpviz_book.cite_letters(page, letters) == page.replace("2021</a> and", "2021b</a> and")

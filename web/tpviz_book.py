@@ -11,7 +11,9 @@
   the references to them (Sphinx numbers them through the whole book when the toc is not
   numbered, and a numbered toc would number the chapters from 1, not as their files are).
 - The references list labels each work as the text cites it ("Huang et al., 2019", not
-  "[HCB+19]"), and its web addresses and arXiv numbers are links.
+  "[HCB+19]"), and its web addresses and arXiv numbers are links. Works with the same author
+  and year get a, b, c after the year in the list (the label style) and in every citation of
+  them in the text (sphinxcontrib-bibtex's author-year citations write the year alone).
 """
 
 from __future__ import annotations
@@ -122,6 +124,28 @@ def reference_links(body: str) -> str:
     return head + refs
 
 
+_LIST_LABEL = re.compile(r'<div class="citation" id="(id\d+)"[^>]*>\s*<span class="label">'
+                         r'<span class="fn-bracket">\[</span>[^<]*?, \d{4}([a-z])<')
+_CITATION = re.compile(r'(<a class="reference internal" href="(references\.html)?#(id\d+)"'
+                       r'[^>]*>)([^<]*(?:<em>[^<]*</em>[^<]*)?\d{4})(</a>)')
+
+
+def year_letters(references: str) -> dict[str, str]:
+    """The references list's entry id -> the letter after its year ("2021a": "a"), for the
+    works whose label has one."""
+    return dict(_LIST_LABEL.findall(references))
+
+
+def cite_letters(body: str, letters: dict[str, str], references_page: bool = False) -> str:
+    """Each in-text citation of such a work gets its letter after the year (a link to
+    ``references.html#id…``, or to ``#id…`` on the references page itself)."""
+    def letter(m: re.Match) -> str:
+        ours = m.group(2) or references_page
+        return m.group(1) + m.group(4) + (letters.get(m.group(3), "") if ours else "") + m.group(5)
+
+    return _CITATION.sub(letter, body) if letters else body
+
+
 def _scripts_once(head: str) -> str:
     seen, kept = set(), []
     for line in head.split("\n"):
@@ -164,11 +188,14 @@ def _finish(app, exception):
     files = sorted(Path(app.outdir).rglob("*.html"))
     texts = {page: page.read_text(encoding="utf-8") for page in files}
     labels = figure_numbers({page.name: text for page, text in texts.items()})
+    letters = year_letters("".join(t for p, t in texts.items() if p.name == "references.html"))
     for page, text in texts.items():
         head, sep, body = text.partition("</head>")
         if not sep:
             continue
-        new = _scripts_once(head) + sep + renumber(reference_links(alt_texts(body)), labels)
+        body = cite_letters(reference_links(alt_texts(body)), letters,
+                            page.name == "references.html")
+        new = _scripts_once(head) + sep + renumber(body, labels)
         if new != text:
             page.write_text(new, encoding="utf-8")
 
