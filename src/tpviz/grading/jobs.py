@@ -2,9 +2,9 @@
 
 :func:`grade_one` copies a submission into the course (putting back any check cell the learner
 deleted), runs nbgrader's ``autograde`` and ``generate_feedback`` for it alone (in the course's
-worker process, :mod:`tpviz.grading.worker`), and reads its
-points from the gradebook. Each worker of :func:`tpviz.grading.grade.grade` has a course of its
-own (nbgrader's gradebook is one SQLite file), so workers never wait for each other.
+worker process, :mod:`tpviz.grading.worker`), and reads its points from the gradebook. Each
+worker of :func:`tpviz.grading.grade.grade` has a course of its own (nbgrader's gradebook is one
+SQLite file), so workers never wait for each other.
 
 :class:`Cache` keeps each result in ``<out>/.tpviz-cache/`` under a key made of the submission,
 the chapter and the settings: a rerun skips a submission unchanged since its grade.
