@@ -121,21 +121,14 @@ class Course:
         answer = json.loads(reply)
         return answer["success"], answer["log"]
 
-    def nbgrader(self, *args: str, check: bool = True, quiet: bool = False) -> str:
-        """Run one nbgrader command in the course; its log in the error if it fails (with
-        ``check=False``, a warning: nbgrader has gone on with the other notebooks; with
-        ``quiet`` too, no warning: the caller reads the log it returns)."""
+    def nbgrader(self, *args: str) -> str:
+        """Run one nbgrader command in the course (``generate_assignment``: grading itself goes
+        through :meth:`grade`); its log in the error if it fails."""
         run = subprocess.run([sys.executable, "-m", "nbgrader", *args],
                              cwd=self.root, capture_output=True, text=True, env=self._env())
         if run.returncode:
-            log = (run.stdout + run.stderr)[-3000:]
-            if not check and quiet:
-                return run.stdout + run.stderr
-            if not check:
-                print(f"warning: nbgrader {' '.join(args)} reported errors:\n{log}",
-                      file=sys.stderr)
-                return run.stdout + run.stderr
-            raise GradingError(f"nbgrader {' '.join(args)} failed:\n{log}")
+            raise GradingError(f"nbgrader {' '.join(args)} failed:\n"
+                               f"{(run.stdout + run.stderr)[-3000:]}")
         return run.stdout + run.stderr
 
     def compile_cache(self) -> dict[str, str]:
