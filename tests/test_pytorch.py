@@ -110,10 +110,10 @@ def test_explore_schedules_shows_torch_against_tpviz():
     bundle = explore.explore_schedules()._repr_mimebundle_()
     assert 'data-name="render_schedules"' in bundle["text/html"]
     same = explore.comparison_rows("ScheduleDualPipeV", 2, 8)
-    assert not any(r.get("d") for r in same) and "identical" in same[0]["note"]
+    assert not any(r.get("d") for r in same) and "identical, op by op" in same[0]["note"]
     zb = explore.comparison_rows("ScheduleInterleavedZeroBubble", 4, 8)
-    ops = [r for r in zb if "r" in r]
-    assert any(r["d"] for r in ops) and {r["l"][0] for r in ops if r["w"] == 0} == set("FBW")
+    ops = [r for r in zb if "y" in r]
+    assert any(r["d"] for r in ops) and {r["l"][0] for r in ops if r["y"] % 2 == 0} == set("FBW")
     # tpviz refuses m = 6 interleaved on 4 ranks; torch runs it: the message says both
     with pytest.raises(ArgumentError, match="torch's ScheduleInterleaved1F1B runs"):
         explore.plan("ScheduleInterleaved1F1B", 4, 6)

@@ -92,7 +92,7 @@ def sweep(rows: dict, batch: int, title: str | None = None) -> Figure:
 
 def comparison(c: Comparison, title: str | None = None) -> Figure:
     """Each rank's ops in order: torch's row above tpviz's; a red frame where they differ.
-    Colour = microbatch; F full, B lighter, W darker; a dot marks the rank's second chunk;
+    Colour = microbatch; F full, B lighter, W darker; the rank's second chunk thinner;
     short orders (at most 24 ops a row) labelled with kind and microbatch."""
     ranks = len(c.torch_ops)
     width = max(len(o) for o in (*c.torch_ops, *c.tpviz_ops))
@@ -100,7 +100,7 @@ def comparison(c: Comparison, title: str | None = None) -> Figure:
     ax = fig.subplots()
     colours = palette(max(op[1] for o in c.torch_ops + c.tpviz_ops for op in o) + 1)
     faces_of = {k: np.array([shade(x, k) for x in colours]) for k in ("F", "B", "W")}
-    boxes, faces, framed, dots = [], [], [], []
+    boxes, faces, framed = [], [], []
     first_chunk = [min((op[2] for op in ops), default=0) for ops in c.torch_ops]
     for r in range(ranks):
         for row, ops in ((0, c.torch_ops[r]), (1, c.tpviz_ops[r])):
@@ -110,9 +110,10 @@ def comparison(c: Comparison, title: str | None = None) -> Figure:
             other = (c.tpviz_ops if row == 0 else c.torch_ops)[r]
             kinds, mbs, chunks = (np.array(v) for v in zip(*ops, strict=True))
             at = np.arange(len(ops), dtype=float)
+            inset = np.where(chunks != first_chunk[r], 0.2, 0.0)  # the second chunk: thinner
             box = np.empty((len(ops), 4, 2))
             box[:, [0, 3], 0], box[:, [1, 2], 0] = at[:, None], at[:, None] + 0.92
-            box[:, :2, 1], box[:, 2:, 1] = y, y + 0.9
+            box[:, :2, 1], box[:, 2:, 1] = (y + inset)[:, None], (y + 0.9 - inset)[:, None]
             face = np.empty((len(ops), 3))
             for kind, table in faces_of.items():
                 face[kinds == kind] = table[mbs[kinds == kind]]
@@ -121,29 +122,23 @@ def comparison(c: Comparison, title: str | None = None) -> Figure:
             differs = np.array([i >= len(other) or tuple(other[i]) != tuple(op)
                                 for i, op in enumerate(ops)])
             framed.append(box[differs])
-            second = chunks != first_chunk[r]
-            dots.append(np.stack([at[second] + 0.18, np.full(second.sum(), y + 0.72)], 1))
             if width <= 24:
                 for i, (kind, mb, _) in enumerate(ops):
-                    ax.text(i + 0.46, y + 0.4, f"{kind}{mb}", ha="center", va="center",
+                    ax.text(i + 0.46, y + 0.45, f"{kind}{mb}", ha="center", va="center",
                             fontsize=SMALL_PT, color=text_colour(face[i]))
-    # arrays of boxes in one collection, the red frames in another, the dots as one line:
-    # a patch per box and hatching made a redraw of 8 ranks x 32 microbatches take a second
+    # arrays of boxes in one collection and the red frames in another: a patch per box and
+    # hatching made a redraw of 8 ranks x 32 microbatches take a second
     ax.add_collection(PolyCollection(np.concatenate(boxes), facecolors=np.concatenate(faces),
                                      edgecolors="none"))
     ax.add_collection(PolyCollection(np.concatenate(framed), facecolors="none",
                                      edgecolors="red", linewidths=1.6 if width <= 48 else 0.7))
-    dots = np.concatenate(dots)
-    if len(dots):
-        ax.plot(dots[:, 0], dots[:, 1], "o", color="black", linestyle="none",
-                markersize=2.2 if width <= 48 else 1.0)
     ax.set_xlim(0, width)
     ax.set_ylim(ranks * 2.6 - 0.5, -0.2)
     ax.set_yticks([r * 2.6 + k * 1.1 + 0.45 for r in range(ranks) for k in (0, 1)],
                   [f"rank {r} {w}" for r in range(ranks) for w in ("torch", "tpviz")],
                   fontsize=SMALL_PT)
     ax.tick_params(labelsize=SMALL_PT)
-    ax.set_xlabel("position in the rank's order (dot: the rank's second chunk)",
+    ax.set_xlabel("position in the rank's order (thinner: the rank's second chunk)",
                   fontsize=SMALL_PT)
     ax.set_title(title or f"{c.torch_name} against tpviz's {c.tpviz_name!r}: "
                  f"{'identical' if c.equal else 'red frames differ'}", fontsize=SMALL_PT,

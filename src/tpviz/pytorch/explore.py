@@ -69,50 +69,60 @@ def explore_schedules(name: str = "ScheduleInterleaved1F1B", ranks: int = 4,
 
 
 def comparison_rows(name: str, ranks: int, microbatches: int) -> list[dict]:
-    """The live figure's rows for one setting: one per op (``r`` rank, ``w`` 0 torch / 1
-    tpviz, ``i`` position, ``l`` label, ``c`` colour, ``d`` differs from the other row,
-    ``k`` the rank's second chunk) and notes in words."""
+    """The live figure's rows for one setting: one per op (``y`` = 2 rank + 0 for torch's row,
+    + 1 for tpviz's; ``i`` position; ``l`` label; ``c`` colour and ``t`` its text colour, b or
+    w; ``d`` 1 where the two rows differ; ``k`` 1 on the rank's second chunk; ``n`` the longest
+    row, only where it is short enough to label) and notes in words."""
     c = plan(name, ranks, microbatches)
     mbs = 1 + max(op[1] for ops in c.torch_ops + c.tpviz_ops for op in ops)
     colours = [to_rgb(x) for x in palette(mbs)]
-    rows = [{"note": f"{name}: {_verdict(c)}"}, {"note": c.explanation}]
+    rows = [{"note": f"torch's {name} (upper row of each rank) against tpviz's "
+                     f"{c.tpviz_name!r} (lower row): {c.explanation}"}]
     if name in DECLARED:
         rows.append({"note": DECLARED[name]})
     first = [min((op[2] for op in ops), default=0) for ops in c.torch_ops]
     faces = {(k, mb): draw.shade(colours[mb], k) for k in "FBW" for mb in range(mbs)}
     ink = {key: (to_hex(face), text_colour(face)[0]) for key, face in faces.items()}
+    longest = max(len(ops) for ops in c.torch_ops + c.tpviz_ops)
     for w, (mine, other) in enumerate(((c.torch_ops, c.tpviz_ops),
                                        (c.tpviz_ops, c.torch_ops))):
         for r, ops in enumerate(mine):
             for i, (kind, mb, chunk) in enumerate(ops):
                 differs = i >= len(other[r]) or tuple(other[r][i]) != (kind, mb, chunk)
                 face, text = ink[kind, mb]
-                rows.append({"r": r, "w": w, "i": i, "l": f"{kind}{mb}", "c": face,
-                             "t": text, "d": int(differs), "k": int(chunk != first[r])})
+                row = {"y": 2 * r + w, "i": i, "l": f"{kind}{mb}", "c": face, "t": text,
+                       "d": int(differs), "k": int(chunk != first[r])}
+                if longest <= LABELLED:
+                    row["n"] = longest
+                rows.append(row)
     return rows
 
 
+#: rows of at most this many ops carry labels (where the page draws them wide enough)
+LABELLED = 24
+
+
 def comparison_chart(base):
-    """Two rows per rank (torch above, tpviz below), one box per op in order; red frame where
-    the two differ, dashed frame for the rank's second chunk; labels where boxes are wide."""
+    """Two rows per rank (torch above, tpviz below), one bar per op in order; red frame where
+    the two differ; the rank's second chunk thinner; labels where bars are wide enough. One
+    mark per op (frames and thickness are encodings, not layers): each move redraws less."""
     import altair as alt
 
-    ops = base.transform_filter("isValid(datum.r)").transform_calculate(
-        row="'rank ' + datum.r + (datum.w ? ' tpviz' : ' torch')", x2="datum.i + 0.92")
-    y = alt.Y("row:N", title=None, sort="ascending")
-    boxes = ops.mark_rect().encode(
-        x=alt.X("i:Q", title="position in the rank's order (dashed: the rank's second chunk)"),
-        x2="x2:Q", y=y, color=alt.Color("c:N", scale=None),
+    ops = base.transform_filter("isValid(datum.y)")
+    y = alt.Y("y:O", title=None, axis=alt.Axis(labelExpr=(
+        "'rank ' + floor(datum.value / 2) + (datum.value % 2 ? ' tpviz' : ' torch')")))
+    x = alt.X("i:Q", title="position in the rank's order (thin: the rank's second chunk)",
+              scale=alt.Scale(nice=False, zero=True))
+    boxes = ops.transform_calculate(x2="datum.i + 0.92").mark_bar().encode(
+        x=x, x2="x2:Q", y=y, color=alt.Color("c:N", scale=None),
+        size=alt.condition("datum.k", alt.value(8), alt.value(14)),
         stroke=alt.condition("datum.d", alt.value("#d62728"), alt.value(OUTLINE)),
         strokeWidth=alt.condition("datum.d", alt.value(1.5), alt.value(0.5)),
-        strokeDash=alt.condition("datum.k", alt.value([3, 2]), alt.value([1, 0])),
-        tooltip=["row:N", "i:Q", "l:N"])
-    text = ops.transform_joinaggregate(n="max(i)").transform_filter(
-        f"{PLOT_PX} / (datum.n + 1) >= 24").transform_calculate(mid="datum.i + 0.46").mark_text(
-        fontSize=FONT - 2).encode(x="mid:Q", y=y, text="l:N",
-                                  color=alt.Color("t:N", scale=alt.Scale(
-                                      domain=["b", "w"], range=["black", "white"]),
-                                      legend=None))
+        tooltip=["l:N", "i:Q"])
+    text = ops.transform_filter(f"datum.n && {PLOT_PX} / (datum.n + 1) >= 24").transform_calculate(
+        mid="datum.i + 0.46").mark_text(fontSize=FONT - 1).encode(
+        x="mid:Q", y=y, text="l:N", color=alt.Color("t:N", scale=alt.Scale(
+            domain=["b", "w"], range=["black", "white"]), legend=None))
     chart = alt.layer(boxes, text).properties(width=640, height={"step": 16})
     return alt.vconcat(notes(base), chart)
 
