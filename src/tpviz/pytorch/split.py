@@ -98,8 +98,8 @@ def sweep(rank: int, world: int, sizes: tuple = (64, 32, 16, 8, 4), repeats: int
 
     Returns, on each rank: ``wall[setting]`` (seconds from a barrier to a barrier, one per
     repetition; the setting ``"one process"`` or a split size), ``cpu[setting]`` (this
-    process's CPU seconds: what other programs on the machine cannot inflate), ``idle[size]``
-    (the measured bubble: 1 - busy / (2 x makespan), from the ops' starts and ends) and
+    process's CPU seconds: compute, and sends and receives, which gloo polls for a while before
+    it sleeps), ``spans[size]`` (every op's recorded start and end, for the measured bubble) and
     ``error[size]`` (the untimed repetition's largest relative gradient error against one
     process, on this rank's half)."""
     wall: dict = {}
