@@ -172,7 +172,8 @@ def check_pipeline_split(pipe) -> str:
                     "with no gap or overlap.")
     if m < 1 or PIPELINE_BATCH % m or (name == "ScheduleInterleaved1F1B" and m % 4):
         raise Wrong(f"{m} microbatches do not split the batch of {PIPELINE_BATCH} (or, "
-                    "interleaved, are not a multiple of the 4 ranks).")
+                    "interleaved, are not a multiple of the 4 ranks, which tpviz's interleaved "
+                    "schedule needs; torch's would accept fewer).")
     bubble = pipeline_bubble(bounds, name, m)
     if bubble > BUBBLE_TARGET:
         raise Wrong(f"this pipeline idles {bubble:.0%} of the time; the target is at most "
@@ -208,7 +209,7 @@ def check_schedule_design(design) -> str:
     own, v, _ = plan.TORCH_SCHEDULES[name]
     if m < 1 or 32 % m or (own == "interleaved" and m % 4):
         raise Wrong(f"{m} microbatches do not split 32 sequences (or, interleaved, are not a "
-                    "multiple of 4).")
+                    "multiple of 4, which tpviz's interleaved schedule needs).")
     t = simulate(schedule(own, 4, m, v))
     held = t.peak_activations[0] / v  # a chunk holds 1/v of a stage's activations
     if t.bubble_fraction > 0.10:
