@@ -386,3 +386,18 @@ def test_a_cell_reading_an_answer_is_found():
     rebound = cell("k = 3\nprint(k + 1)")
     assert _answer_problems({"cells": [answer, called, later, rebound, later]}) == (
         ["ex1 calls the answer f()", "a cell after ex1_answer reads its answer 'k'"], 1)
+
+
+def test_notebooks_anywhere_are_found_or_reported(tmp_path):
+    from tpviz.grading.grade import find_submissions
+
+    for rel in ("ada/05_zero.ipynb", "ada/old/05_zero.ipynb", "eve smith/hw/10_moe.ipynb",
+                "loose.ipynb", "bob/.ipynb_checkpoints/05_zero-checkpoint.ipynb"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    found, notes = find_submissions(tmp_path)
+    assert found == {"ada": {"05_zero": tmp_path / "ada/05_zero.ipynb"},
+                     "eve smith": {"10_moe": tmp_path / "eve smith/hw/10_moe.ipynb"}}
+    assert "loose.ipynb: a notebook in no student's folder; not graded" in notes[""][0]
+    assert "a second 05_zero.ipynb in ada's folder; not graded" in notes["ada"][0]
+    assert "found in a sub-folder; graded as eve smith's 10_moe" in notes["eve smith"][0]

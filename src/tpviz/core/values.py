@@ -43,14 +43,29 @@ def is_stub(value) -> bool:
     return value is ... or value is NotImplemented
 
 
+def _trusted_roots() -> tuple[str, ...]:
+    import os
+
+    import tpviz
+
+    roots = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(tpviz.__file__))}
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+
+
 def _library_type(cls: type) -> bool:
-    """Whether ``cls`` is a class of an importable module, found there under its own name (a
-    class defined in a notebook cell is ``__main__``'s; one that only claims a library's
-    ``__module__`` is not the object found at that name)."""
-    module = getattr(cls, "__module__", None)
-    if not isinstance(module, str) or module == "__main__" or module not in sys.modules:
+    """Whether ``cls`` is an installed library's class: found under its own name in a module
+    whose file is part of this Python's installation or of tpviz (a class defined in a notebook
+    cell, or in a module the learner wrote, is not; nor one that only claims a library's
+    ``__module__``)."""
+    import os
+
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    file = getattr(module, "__file__", None)
+    if module is None or not isinstance(file, str):
         return False
-    found = sys.modules[module]
+    if not os.path.realpath(file).startswith(_trusted_roots()):
+        return False
+    found = module
     for part in str(getattr(cls, "__qualname__", "")).split("."):
         found = getattr(found, part, None)
     return found is cls

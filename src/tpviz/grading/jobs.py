@@ -90,8 +90,9 @@ def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
     elif cut:
         why = f"the notebook printed more than {inner.MAX_OUTPUT // 2**20} MiB"
     elif "nb" not in box:
-        last = [ln for ln in errors.splitlines() if ln.strip()][-1:] or [f"exit {code}"]
-        why = f"the notebook's run ended early ({last[0][:200]})"
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        why = (f"the notebook's run ended early ({how}); the exercises it had not reached "
+               "score 0")
     return answers, late, box.get("nb"), why
 
 

@@ -24,10 +24,10 @@ import os
 import sys
 import time
 
+import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
-import nbformat
 from nbformat import NotebookNode
 
 PROBE_S = 10  # after a timeout: how long a kernel that survived the interrupt has to answer
