@@ -97,7 +97,8 @@ def misnamed(found: dict[str, dict[str, Path]], book: Path) -> dict[str, dict[st
 
 def _line(r: Result, kept: bool) -> str:
     got, top = r.points
-    how = "unchanged, kept" if kept else f"{r.seconds:.0f} s"
+    how = "unchanged, kept" if kept else f"{r.seconds:.0f} s" + "".join(
+        f", {k} {v:.0f} s" for k, v in r.phases.items())
     late = [row[0] for row in r.rows if row[3] == "timed out"]
     return (f"{r.student}/{r.chapter}: {got:g}/{top:g} points ({how})"
             + (f"; timed out: {', '.join(late)}" if late else "")

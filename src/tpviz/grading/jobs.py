@@ -46,6 +46,7 @@ class Result:
     notes: list = field(default_factory=list)
     problem: str = ""
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)  # seconds: the notebook, values, functions
 
     @property
     def points(self) -> tuple[float, float]:
@@ -83,7 +84,7 @@ def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
     job = json.dumps({"notebook": prepared.notebook, "exercises": prepared.exercises,
                       "timeout": ctx.timeout}).encode()
     seconds = STARTUP_S + max(600, 6 * ctx.timeout)
-    code, errors, cut = inner.run(ctx.sandbox, PHASE_A, job, seconds, on_line)
+    code, _, cut = inner.run(ctx.sandbox, PHASE_A, job, seconds, on_line)
     why = ""
     if code is None:
         why = f"the notebook was stopped after {seconds} s"
@@ -158,12 +159,16 @@ def grade_one(ctx: Context, student: str, chapter: str, data: bytes) -> Result:
         return result
     result.notes = prepared.notes
     answers, late, result.notebook, why = _events(ctx, prepared)
+    result.phases = {"notebook": round(time.perf_counter() - start, 1), "values": 0.0,
+                     "functions": 0.0}
     if why:
         result.problem = why
     result.checks = {e["grade_id"]: e["index"] for e in prepared.exercises}
     for ex in exercises:
-        status, message = judge_one(ctx, ex, answers.get(ex.grade_id),
-                                    ex.grade_id in prepared.untouched)
+        data, begun = answers.get(ex.grade_id), time.perf_counter()
+        status, message = judge_one(ctx, ex, data, ex.grade_id in prepared.untouched)
+        phase = "functions" if data and data.get("code") else "values"
+        result.phases[phase] = round(result.phases[phase] + time.perf_counter() - begun, 1)
         if ex.grade_id in late:
             status, message = "wrong", "✗ a cell of this exercise ran past the time limit"
         result.messages[ex.grade_id] = [status, message]
