@@ -52,8 +52,8 @@ for pid in os.listdir("/proc"):
 text = ""
 for path in found:
     try:
-        text += open(path.split(":", 1)[-1], errors="replace").read()
-    except OSError:
+        text += path + open(path.split(":", 1)[-1], errors="replace").read()
+    except (OSError, ValueError):
         pass
 print("FOUND", len(found), "SECRET" if "{secret}" in text or "BEGIN SOLUTION" in text else "none")
 """
@@ -191,18 +191,20 @@ def test_nothing_outlives_the_run_or_writes_the_records(graded):
 
 def test_no_attack_reads_the_solutions_or_anothers_work(graded):
     root, _, _, _ = graded
-    page = (root / "grades" / "feedback" / "a_read" / f"{CHAPTER}.html").read_text()
-    assert "FOUND" in page and "SECRET" not in page and SECRET not in page
-    for student in ("bob", "a_read", "a_records"):
-        for page in (root / "grades" / "feedback").rglob("*.html"):
-            if student in page.name or student in page.parent.name:
-                assert SECRET not in page.read_text() and "BEGIN SOLUTION" not in page.read_text()
+    saved = json.loads((root / "grades" / ".tpviz-cache" / "a_read" / f"{CHAPTER}.json")
+                       .read_text())
+    printed = "".join(o.get("text", "") for c in saved["notebook"]["cells"]
+                      for o in c.get("outputs", []))
+    assert re.search(r"FOUND \d+ none", printed), printed  # it looked, and found nothing
+    for page in (root / "grades" / "feedback").rglob("*.html"):
+        if "ada" not in page.parts[-1] and page.parent.name != "ada" and "a_read" not in str(page):
+            assert SECRET not in page.read_text(), page
 
 
 def test_layout_problems_are_reported_and_the_rest_graded(graded):
     root, _, _, _ = graded
     feedback = root / "grades" / "feedback"
-    assert "found in a sub-folder; graded as dee's" in (feedback / "dee.html").read_text()
+    assert "found in a sub-folder; graded as dee&#x27;s" in (feedback / "dee.html").read_text()
     assert (feedback / "eve smith" / f"{CHAPTER}.html").exists()
     gus = (feedback / "gus.html").read_text()
     assert "grade_id was changed from &#x27;ex0_1&#x27; to &#x27;my_ex0_1&#x27;" in gus

@@ -24,7 +24,7 @@ def _safe(outputs: list) -> list:
             out["data"] = {k: v for k, v in out["data"].items() if k in KEPT and k != SVG}
             if not out["data"]:
                 continue
-            out.pop("metadata", None)
+            out["metadata"] = {}
         kept.append(out)
     return kept
 

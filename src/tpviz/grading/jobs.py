@@ -219,7 +219,7 @@ class Cache:
             return None
         for row in result.rows:
             row[2] = _n(top[row[0]])
-            row[1] = min(float(row[1]), top[row[0]]) if result.messages.get(
+            row[1] = _n(min(float(row[1]), top[row[0]])) if result.messages.get(
                 row[0], ["wrong"])[0] == "ok" else 0
         return result
 
