@@ -18,7 +18,8 @@ from operator import itemgetter
 from tpviz.core import validate
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import versions as _versions
-from tpviz.pipeline.plan import Op, Schedule, no_gc
+from tpviz.pipeline.ops import Op, Schedule, no_gc
+from tpviz.pipeline.plan import schedule as _schedule
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,6 @@ def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
                            validate.number("t_b", t_b, positive=True), t_w)
     m = sched.microbatches
     if sched.name in _versions.STASH:  # a stream, no flush at all
-        from tpviz.pipeline.plan import schedule as _schedule
-
         ops = _schedule(sched.name, sched.stages, steps * m).ops
     else:
         ops = tuple(tuple(Op(k, j * m + i, c) for j in range(steps) for k, i, c in row)

@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections import deque
 
 from tpviz.errors import ScheduleError
-from tpviz.pipeline.plan import Op
+from tpviz.pipeline.ops import Op
+from tpviz.pipeline.orders import one_f_one_b
 from tpviz.pipeline.zbv import min_microbatches, zbv
 
 SYNC = ("chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev")
@@ -64,7 +65,7 @@ def needs(name: str, p: int, m: int) -> None:
                             "(deepseek-ai/DualPipe's own condition).")
 
 
-def build(name: str, p: int, m: int, one_f_one_b) -> list[list[Op]]:
+def build(name: str, p: int, m: int) -> list[list[Op]]:
     """Every device's ops for schedule ``name`` (checked by :func:`needs` first)."""
     needs(name, p, m)
     if name in ASYNC:
