@@ -14,10 +14,11 @@ schedules the SPMD program does not run), ``draw``, ``explore`` and ``exercises`
 
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import draw
+from tpviz.pipeline.bubbles import bubble_formula
 from tpviz.pipeline.check import SpmdCheck, spmd_check
 from tpviz.pipeline.explore import explore_pipeline
 from tpviz.pipeline.plan import NAMES, Op, Partition, Schedule, balance, schedule
-from tpviz.pipeline.simulate import SteadyState, Timeline, bubble_formula, simulate, steady_state
+from tpviz.pipeline.simulate import SteadyState, Timeline, simulate, steady_state
 
 __all__ = ["NAMES", "Op", "Partition", "Schedule", "ScheduleError", "SpmdCheck", "SteadyState",
            "Timeline", "balance", "bubble_formula", "draw", "explore_pipeline", "schedule",

@@ -17,8 +17,8 @@ from tpviz.errors import ArgumentTypeError, ScheduleError
 from tpviz.pipeline import orders, zoo
 from tpviz.pipeline.ops import Op, Schedule, no_gc
 
-__all__ = ["MAX_OPS", "NAMES", "ZOO", "Op", "Partition", "Schedule", "balance", "no_gc",
-           "schedule"]
+__all__ = ["MAX_OPS", "NAMES", "ZOO", "Op", "Partition", "Schedule", "balance", "chimera",
+           "no_gc", "schedule"]
 
 
 NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")  # chapter 7
@@ -71,7 +71,7 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
         with no_gc():
             ops = zoo.build(name, stages, microbatches)
             pairs = zoo.paired(name, ops)
-            ops = tuple(tuple(Op(*op) for op in row) for row in ops)
+            ops = tuple(tuple(Op(*op) for op in row) if pairs else tuple(row) for row in ops)
         return Schedule(name, stages, microbatches, zoo.CHUNKS.get(name, 1), ops,
                         zoo.PLACEMENT.get(name, "loop"), pairs)
     build = {"naive": orders.naive, "gpipe": orders.gpipe, "1f1b": orders.one_f_one_b,
@@ -80,6 +80,24 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
         ops = (orders.interleaved(stages, microbatches, chunks) if name == "interleaved"
                else build[name](stages, microbatches))
     return Schedule(name, stages, microbatches, chunks, tuple(tuple(o) for o in ops))
+
+
+def chimera(stages: int, microbatches: int, backward_ticks: int = 1) -> Schedule:
+    """Chimera's op order built in lock step for a backward ``backward_ticks`` times as long
+    as a forward. ``backward_ticks=1`` is ``schedule("chimera", ...)``, Li & Hoefler's order
+    for t_F = t_B; with 2 the devices run the next units' forwards in the gaps a longer
+    backward leaves (tpviz's greedy order, not the paper's forward doubling).
+
+    Raises:
+        ScheduleError: what ``schedule("chimera", ...)`` refuses, or backward_ticks outside 1..4.
+    """
+    stages, microbatches = (validate.integer(label, value, error=ScheduleError)
+                            for label, value in (("stages", stages),
+                                                 ("microbatches", microbatches)))
+    ticks = validate.integer("backward_ticks", backward_ticks, maximum=4, error=ScheduleError)
+    with no_gc():
+        ops = tuple(map(tuple, zoo.build("chimera", stages, microbatches, ticks)))
+    return Schedule("chimera", stages, microbatches, 1, ops, "bidirectional")
 
 
 # --- balanced stages ----------------------------------------------------------------------------
