@@ -169,9 +169,10 @@ def test_matmul_design_checker(capsys):
     check = tpviz.exercises.check_matmul_design
     # W1 whole on every device: 16 + 512 + 64 MiB
     _fails(check, "In[B_XY, D]", "W1[D, F]", 592 * mib, ms, words="over the 256 MiB")
-    # case 3 over Y: 16 + 128 + an all-reduced Out[B_X, F] of 256 MiB
+    # case 3 over Y: 16 + 128 + an all-reduced Out[B_X, F] of 256 MiB; Y is a line of 4 on a
+    # v5e (no wraparound below 16): 2 · (3/4) · V over one link of 4.5e10 B/s, 6 hops of 1 µs
     _fails(check, "In[B_X, D_Y]", "W1[D_Y, F]", 400 * mib,
-           2 * 3 / 4 * 4096 * 32768 * 2 / 9e10 * 1e3, words="over the 256 MiB")
+           (2 * 3 / 4 * 4096 * 32768 * 2 / 4.5e10 + 6e-6) * 1e3, words="over the 256 MiB")
     _fails(check, "In[B_X, D]", "W1[D, F_Y]", 192 * mib, ms, words="bytes per device")
     _fails(check, "In[B_X, D]", "W1[D, F_Y]", 256 * mib, 1.1 * ms, words="your time in ms")
     _fails(check, "In[B_X, D]", "W1[D, F_X]", 256 * mib, ms, words="not a valid plan")

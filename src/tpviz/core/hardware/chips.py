@@ -2,7 +2,8 @@
 
 Every number cites a key of ``references.bib``. FLOP/s are dense (no structured sparsity).
 TPU numbers are the Scaling Book's TPU table (austin2025scaling, "How to Think About TPUs"),
-which rounds Google Cloud's pages (google2024tpuv5p: 459 TFLOP/s, 95 GiB, 2,765 GB/s); GPU
+which rounds Google Cloud's pages (google2024tpuv5p: 459 TFLOP/s, 95 GiB, 2,765 GB/s;
+google2023tpuv4: 275 TFLOP/s, 32 GiB, 1,200 GB/s); GPU
 numbers are NVIDIA's datasheets (SXM parts).
 """
 
@@ -42,6 +43,9 @@ class Chip:
 
 
 CHIPS = {c.name: c for c in (
+    # v4p: 2.75e14 bf16 and int8, 32 GB, 1.2e12 B/s (austin2025scaling; Google's v4 page,
+    # google2023tpuv4: 275 TFLOP/s bf16 or int8, 32 GiB HBM2 at 1,200 GB/s)
+    Chip("TPU v4p", {"bf16": 2.75e14, "int8": 2.75e14}, 32e9, 1.2e12, "austin2025scaling"),
     # TPU table of the Scaling Book: v5e 1.97e14 bf16, 3.94e14 int8, 16 GB, 8.1e11 B/s
     Chip("TPU v5e", {"bf16": 1.97e14, "int8": 3.94e14}, 16e9, 8.1e11, "austin2025scaling"),
     # v5p: 4.59e14 bf16, 9.18e14 int8, 96 GB, 2.8e12 B/s
