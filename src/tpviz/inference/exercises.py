@@ -1,0 +1,1 @@
+"""Checkers for the inference chapter."""
