@@ -73,8 +73,8 @@ import numpy as np
 
 from tpviz import compat
 from tpviz.core import compiled, verify
-from tpviz.core.exercises import NotAttempted, Wrong, call, expect_array, is_stub
-from tpviz.core.harness_report import compare, moved, placement, summary
+from tpviz.core.exercises import NotAttempted, Wrong, call, is_stub
+from tpviz.core.harness_report import compare, moved, placement, specs, summary, values
 from tpviz.core.notation import parse
 from tpviz.core.unavailable import Unavailable, message, unavailable
 
@@ -165,12 +165,6 @@ def _mesh(shape, axes, explicit: bool = False):
     return make_mesh(tuple(shape), tuple(axes), devices=devices[:n], axis_types=types)
 
 
-def _specs(layouts):
-    if isinstance(layouts, str):
-        return parse(layouts).spec
-    return tuple(_specs(x) for x in layouts)
-
-
 def guarded(fn, *args, what: str = "your function", names: Sequence[str] = ()):
     """``call(fn, *args)`` (time limit, captured output, exceptions as messages) with the
     functions ``names`` out of reach: calling one is a :class:`Wrong` that names it."""
@@ -194,8 +188,8 @@ def _run(answer, build: Build, case: Case, vma: bool):
     if build.program is not None:
         fn = build.program(answer, case)
     elif build.per_device:
-        fn = jax.shard_map(answer, mesh=case.mesh, in_specs=_specs(build.layouts),
-                           out_specs=_specs(build.out), check_vma=vma)
+        fn = jax.shard_map(answer, mesh=case.mesh, in_specs=specs(build.layouts),
+                           out_specs=specs(build.out), check_vma=vma)
     else:
         fn = answer
 
@@ -218,39 +212,10 @@ def _manual(build: Build, text: str) -> None:
                     build.hint)
 
 
-def _values(build: Build, case: Case, out, want) -> None:
-    if build.diagnose is not None and (said := build.diagnose(case, out, want)):
-        raise Wrong(said, build.hint)
-    got_leaves, treedef = jax.tree.flatten(out)
-    want_leaves, want_def = jax.tree.flatten(want)
-    names = list(build.out_names or [])
-    if treedef != want_def:
-        shape = f" ({', '.join(names)})" if names else ""
-        raise Wrong(f"{build.what} returned {treedef.num_leaves} array(s) in the structure "
-                    f"{treedef}; the exercise asks for {want_def.num_leaves}{shape}.", build.hint)
-    for i, (got, ref) in enumerate(zip(got_leaves, want_leaves, strict=True)):
-        name = names[i] if i < len(names) else "the result"
-        ref = np.asarray(ref)
-        if build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
-            specs = _specs(build.out)
-            spec = specs[i] if isinstance(specs, tuple) else specs
-            block = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(ref.shape)
-            mine = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(tuple(got.shape))
-            raise Wrong(f"on {case.describe()}, each device returned a block of shape {mine} "
-                        f"for {name}; its block should be {block}.", build.hint)
-        if not build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
-            shapes = ", ".join(str(tuple(np.shape(a))) for a in case.args)
-            raise Wrong(f"{name} has shape {tuple(got.shape)}, but for the check's inputs of "
-                        f"shapes {shapes} it should be {ref.shape}: compute it from the "
-                        "arguments (the check passes arrays of its own).", build.hint)
-        expect_array(got, ref.astype(np.asarray(got).dtype) if hasattr(got, "dtype") else ref,
-                     what=name, rtol=build.rtol, atol=build.atol, hint=build.hint)
-
-
 def _grade_case(answer, build: Build, case: Case, vma: bool) -> list:
     want = build.reference(*case.args)
     out, program, text = _run(answer, build, case, vma)
-    _values(build, case, out, want)
+    values(build, case, out, want)
     _manual(build, text)
     if not build.per_device:
         mistake = placement(program, out, case, build.layouts, build.out)
@@ -276,7 +241,7 @@ def _cases(build: Build) -> list[Case]:
         mesh = _mesh(shape, build.axes, build.explicit)
         if build.placed:
             args = tuple(jax.device_put(a, jax.sharding.NamedSharding(mesh, spec))
-                         for a, spec in zip(args, _specs(tuple(build.layouts)), strict=True))
+                         for a, spec in zip(args, specs(tuple(build.layouts)), strict=True))
         cases.append(Case(mesh, dict(sizes), args, names))
     return cases
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
 from tpviz.core import compiled
 from tpviz.core.executed import UnknownCount, executed
-from tpviz.core.exercises import Wrong
+from tpviz.core.exercises import Wrong, expect_array
 from tpviz.core.notation import parse
 
 
@@ -126,3 +127,41 @@ def placement(program, out, case, layouts, out_layout) -> str | None:
                 f"bytes per device), but the exercise asks for {text}. Look at how your "
                 "program says the result is laid out.")
     return None
+
+
+def specs(layouts):
+    """``PartitionSpec``(s) of a notation string or of a tuple of them."""
+    if isinstance(layouts, str):
+        return parse(layouts).spec
+    return tuple(specs(x) for x in layouts)
+
+
+def values(build, case, out, want) -> None:
+    """Compare the program's result with the reference, leaf by leaf; :class:`Wrong` naming the
+    first that differs (its per-device block when the answer is per-device)."""
+    if build.diagnose is not None and (said := build.diagnose(case, out, want)):
+        raise Wrong(said, build.hint)
+    got_leaves, treedef = jax.tree.flatten(out)
+    want_leaves, want_def = jax.tree.flatten(want)
+    names = list(build.out_names or [])
+    if treedef != want_def:
+        shape = f" ({', '.join(names)})" if names else ""
+        raise Wrong(f"{build.what} returned {treedef.num_leaves} array(s) in the structure "
+                    f"{treedef}; the exercise asks for {want_def.num_leaves}{shape}.", build.hint)
+    for i, (got, ref) in enumerate(zip(got_leaves, want_leaves, strict=True)):
+        name = names[i] if i < len(names) else "the result"
+        ref = np.asarray(ref)
+        if build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
+            outs = specs(build.out)
+            spec = outs[i] if isinstance(outs, tuple) else outs
+            block = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(ref.shape)
+            mine = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(tuple(got.shape))
+            raise Wrong(f"on {case.describe()}, each device returned a block of shape {mine} "
+                        f"for {name}; its block should be {block}.", build.hint)
+        if not build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
+            shapes = ", ".join(str(tuple(np.shape(a))) for a in case.args)
+            raise Wrong(f"{name} has shape {tuple(got.shape)}, but for the check's inputs of "
+                        f"shapes {shapes} it should be {ref.shape}: compute it from the "
+                        "arguments (the check passes arrays of its own).", build.hint)
+        expect_array(got, ref.astype(np.asarray(got).dtype) if hasattr(got, "dtype") else ref,
+                     what=name, rtol=build.rtol, atol=build.atol, hint=build.hint)
