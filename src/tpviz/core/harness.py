@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -195,11 +196,9 @@ def _run(answer, build: Build, case: Case, vma: bool):
 
     def compile_and_run():
         with compat.mesh_context(case.mesh) if build.explicit else contextlib.nullcontext():
-            text = ""
-            if build.manual:
-                jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-                text = jitted.lower(*case.args).as_text()
-            program = compiled.compile_for(fn, *case.args)
+            jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+            text = jitted.lower(*case.args).as_text() if build.manual else ""
+            program = compiled.compile_for(jitted, *case.args)  # the trace above is reused
             return jax.block_until_ready(program(*case.args)), program, text
 
     return guarded(compile_and_run, what=build.what, names=build.unavailable)
@@ -249,8 +248,10 @@ def _cases(build: Build) -> list[Case]:
 def _attempt(answer, build: Build, vma: bool) -> str:
     cases, passed, first = _cases(build), [], None
     for case in cases:
+        quiet = contextlib.redirect_stdout(io.StringIO()) if passed else contextlib.nullcontext()
         try:
-            found = _grade_case(answer, build, case, vma)
+            with quiet:  # the learner's printing is shown once, for the first case
+                found = _grade_case(answer, build, case, vma)
         except Wrong as w:
             if passed:
                 raise Wrong(f"right on {passed[0].describe()}, but on {case.describe()}: "
