@@ -1,7 +1,7 @@
 """Inference (chapter 14): the KV cache, prefill and decode on the roofline, and a model split
 to serve it."""
 
-from tpviz.inference import draw, model, paged, serve, shards
+from tpviz.inference import draw, explore, model, paged, plan, serve, shards
 from tpviz.inference.check import Checked, check, mesh_of, reference
 from tpviz.inference.explore import explore_decode, render_decode
 from tpviz.inference.plan import (
@@ -30,7 +30,7 @@ from tpviz.inference.serve import (
 
 __all__ = ["BYTES", "CHIP_HOUR", "SCHEMES", "Checked", "Step", "check", "chip_counts",
            "combine_across", "critical_batch", "curve", "decode", "disaggregate", "draw",
-           "explore_decode", "kv_cache_bytes", "max_batch", "mesh_of", "min_chips", "model",
-           "network", "paged", "place", "prefill", "program", "reference", "render_decode",
-           "serve", "shards", "slice_shape", "speculative", "speculative_priced", "step_body",
-           "weight_bytes", "weight_stationary"]
+           "explore", "explore_decode", "kv_cache_bytes", "max_batch", "mesh_of", "min_chips",
+           "model", "network", "paged", "place", "plan", "prefill", "program", "reference",
+           "render_decode", "serve", "shards", "slice_shape", "speculative", "speculative_priced",
+           "step_body", "weight_bytes", "weight_stationary"]
