@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, ScalarFormatter
 
-from tpviz.core.figures import SMALL_PT, palette
+from tpviz.core.figures import OKABE_ITO, SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
 from tpviz.inference.plan import critical_batch, decode, kv_cache_bytes, model_of, weight_bytes
 
@@ -47,7 +48,8 @@ def decode_times(model, system: str, chips: int, context: int, dtype: str = "bf1
              "KV cache (HBM)": [s.attention.memory_s for s in steps],
              "FLOPs": [s.compute_s for s in steps],
              "all-reduces": [s.comm_s for s in steps]}
-    for (name, values), colour in zip(terms.items(), palette(4), strict=True):
+    colours = [OKABE_ITO[i] for i in (0, 1, 2, 5)]  # no yellow: thin lines on white
+    for (name, values), colour in zip(terms.items(), colours, strict=True):
         left.plot(batches, np.asarray(values) * 1e3, marker="o", markersize=3, color=colour,
                   label=name)
     left.axvline(critical_batch(system, dtype), color="grey", linestyle=":")
@@ -58,7 +60,7 @@ def decode_times(model, system: str, chips: int, context: int, dtype: str = "bf1
     left.set_xlabel("batch B")
     left.set_ylabel("ms per step")
     left.legend(fontsize=SMALL_PT - 1)
-    for s, colour in zip(contexts, palette(len(contexts)), strict=True):
+    for s, colour in zip(contexts, colours, strict=False):
         fit = [d for d in (decode(model, system, chips, b, s, dtype) for b in batches) if d.fits]
         right.plot([d.per_chip for d in fit], [d.seconds * 1e3 for d in fit], marker="o",
                    markersize=3, color=colour, label=f"S = {s:,}")
@@ -69,8 +71,11 @@ def decode_times(model, system: str, chips: int, context: int, dtype: str = "bf1
     for ax in (left, right):
         ax.set_xscale("log", base=2 if ax is left else 10)
         ax.set_yscale("log")
+        ax.minorticks_off()  # (with fixed margins: the explorer's redraw stays fast)
         ax.tick_params(labelsize=SMALL_PT)
-    fig.tight_layout()
+    right.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    right.yaxis.set_major_formatter(ScalarFormatter())
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.84, wspace=0.32)
     return fig
 
 
