@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import jax.numpy as jnp
-import numpy as np
 
 from tpviz.core import validate
 from tpviz.errors import ArgumentError
@@ -93,7 +92,11 @@ def simulate(lengths, max_tokens: int, block: int = 16) -> Paging:
     """Grow the requests side by side to their lengths (prompt and output), ``block`` tokens
     per round, in a :class:`BlockTable`, and count the slots against a contiguous cache of
     ``max_tokens`` per request."""
-    lengths = [validate.integer("lengths", n) for n in np.asarray(lengths).tolist()]
+    block = validate.integer("block", block, maximum=10**6)
+    if isinstance(lengths, str) or not hasattr(lengths, "__len__") or not len(lengths):
+        raise ArgumentError(f"lengths = {lengths!r}: give the requests' lengths in tokens, a "
+                            "non-empty list such as [120, 2048, 37].")
+    lengths = [validate.integer("lengths", n, maximum=10**8) for n in lengths]
     max_tokens = validate.integer("max_tokens", max_tokens, maximum=10**8)
     if max(lengths) > max_tokens:
         raise ArgumentError(f"a request of {max(lengths)} tokens is longer than max_tokens = "

@@ -107,6 +107,7 @@ def disaggregate(model, system: str, prefill_chips: int, decode_chips: int, prom
     """A workload of ``prompt``-token prompts and ``generated`` tokens each, decoded ``batch``
     at a time: colocated (prefills on the decode chips, stopping the batch) or disaggregated."""
     g = validate.integer("generated", generated, maximum=10**7)
+    prompt = validate.integer("prompt", prompt, maximum=10**7)
     step = decode(model, system, decode_chips, batch, prompt + g // 2, dtype)
     apart = prefill(model, system, prefill_chips, prompt, dtype).seconds
     there = prefill(model, system, decode_chips, prompt, dtype).seconds
