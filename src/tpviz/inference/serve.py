@@ -7,9 +7,9 @@ prefill`, which price on :mod:`tpviz.core.hardware`; nothing here keeps a bandwi
 - **Disaggregation** (DistServe, zhong2024distserve; Splitwise, patel2024splitwise): prefill on
   its own chips, decode on others. Colocated, every prefill stops the decode batch: with B
   sequences of G generated tokens each, B/G new prompts arrive per decode step, and each token
-  waits ``T_decode + (B/G) · T_prefill``. Apart, decode keeps ``T_decode``; the cache of a
-  P-token prompt crosses the network once, and P·T_prefill/… servers keep up (the Scaling Book's
-  ``P / T_prefill = B · G_servers / (T_decode · G)``).
+  waits ``T_decode + (B/G) · T_prefill``. Apart, decode keeps ``T_decode``; each prompt's
+  cache crosses the network once, and the prefill servers keep up with the decode servers when
+  their ratio is ``T_prefill · B / (T_decode · G)`` (the Scaling Book's "P = 3G" question).
 - **Speculative decoding** (leviathan2023fast): a draft model proposes γ tokens; the target
   checks them in one step of γ + 1 queries per sequence. With acceptance rate ρ the step yields
   ``(1 - ρ^(γ+1)) / (1 - ρ)`` tokens on average (their Eq. 1), and the speed-up is that over
