@@ -4,7 +4,7 @@ their published figures, and the thresholds against the Scaling Book's."""
 import pytest
 
 from tpviz.core import hardware as hw
-from tpviz.errors import ArgumentError
+from tpviz.errors import ArgumentError, ArgumentTypeError
 
 V = 1.6e8  # bytes of the whole array
 
@@ -133,6 +133,8 @@ def test_permute_follows_distance_and_ports():
     assert both.bandwidth_s == pytest.approx(2 * v / 4.5e10)
     with pytest.raises(ArgumentError, match="source"):
         hw.tpu("TPU v5e", (4, 4)).send(v, (0, 4), (0, 0))
+    with pytest.raises(ArgumentTypeError, match="pairs"):
+        hw.tpu("TPU v5e", (4, 4)).permute(v, 5)
 
 
 def test_groups_are_laid_out_along_torus_axes():

@@ -191,8 +191,16 @@ class TpuSlice:
         chips (coordinate tuples or row-major indices), each message routed by :mod:`.route`.
         Latency: the longest path's hops × α; bandwidth: the busiest link's bytes / W."""
         from tpviz.core import validate
+        from tpviz.errors import ArgumentTypeError
 
         v = validate.number("nbytes", nbytes, minimum=0)
+        try:
+            pairs = [tuple(pair) for pair in pairs]
+        except TypeError:
+            pairs = None
+        if pairs is None or any(len(pair) != 2 for pair in pairs):
+            raise ArgumentTypeError("pairs must be (source, target) pairs of chips, e.g. "
+                                    "[((0, 0), (3, 3))].")
         moves = [(self._chip("source", s), self._chip("target", t)) for s, t in pairs]
         busiest, hops, ports = route(self.mesh_shape, self.wrap, moves, v)
         if not hops:
