@@ -138,7 +138,7 @@ def test_checkpoint_policies_keep_what_the_model_says():
         if policy == "dots":
             assert abs(extra) < 0.05 * 1835008  # a few % of the forward pass
         else:
-            assert 0.8 * model < extra < 1.1 * model
+            assert 0.85 * model < extra < 1.15 * model  # 0.90-1.11 in JAX 0.7-0.12
 
 
 def test_policy_model_is_the_scaling_books_for_a_gated_mlp():
