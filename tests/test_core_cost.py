@@ -96,6 +96,8 @@ def test_on_slice_places_mesh_axes_on_torus_axes():
         cost.SYSTEMS["H100 (NVLink)"].on_slice((2, 4), X=0)
     with pytest.raises(ArgumentError, match="at most once"):
         cost.SYSTEMS["TPU v5e (ICI)"].on_slice((2, 4), X=0, Y=0)
+    with pytest.raises(ArgumentError, match="torus axis"):
+        cost.SYSTEMS["TPU v5e (ICI)"].on_slice((2, 4), X="a")
 
 
 def test_gpu_presets_carry_nccls_base_latency():

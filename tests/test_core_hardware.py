@@ -4,7 +4,7 @@ their published figures, and the thresholds against the Scaling Book's."""
 import pytest
 
 from tpviz.core import hardware as hw
-from tpviz.errors import ArgumentError
+from tpviz.errors import ArgumentError, ArgumentTypeError
 
 V = 1.6e8  # bytes of the whole array
 
@@ -133,6 +133,8 @@ def test_permute_follows_distance_and_ports():
     assert both.bandwidth_s == pytest.approx(2 * v / 4.5e10)
     with pytest.raises(ArgumentError, match="source"):
         hw.tpu("TPU v5e", (4, 4)).send(v, (0, 4), (0, 0))
+    with pytest.raises(ArgumentTypeError, match="pairs"):
+        hw.tpu("TPU v5e", (4, 4)).permute(v, 5)
 
 
 def test_groups_are_laid_out_along_torus_axes():
@@ -221,3 +223,12 @@ def test_mesh2d_and_zero_give_the_same_fsdp_bytes():
     # ZeRO stage 3 gathers again for the backward pass: 12·D·F, one gather more, by name
     assert zero.collectives(d * f * 2, n, 3).sent_bytes() == pytest.approx(
         zero.fsdp_collectives(weights, n).sent_bytes()) == pytest.approx(3 * 7 / 8 * weights)
+
+
+def test_more_scaling_book_answers():
+    # How to Think About TPUs, Q1: 200B bf16 parameters over 32 v4p: 12.5e9 bytes per chip at
+    # 1.2e12 B/s (the book rounds with 1.23e12 to "around 10ms")
+    assert hw.roofline("TPU v4p", 0, 400e9 / 32).memory_s == pytest.approx(12.5e9 / 1.2e12)
+    # How to Think About GPUs: an all-to-all inside a node costs B(N - 1)/(W N²)
+    a2a = hw.gpu_cluster("H100", 8).price("all-to-all", 1e9)
+    assert a2a.bandwidth_s == pytest.approx(1e9 * 7 / (4.5e11 * 64))

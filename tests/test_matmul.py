@@ -139,8 +139,11 @@ def test_explorer_accepts_case_2_with_the_axis_on_b_or_f():  # issue 27: FSDP's 
     fig = render_matmul("X=2, Y=4", "In[B_X, D]", "W1[D_X, F]", 256, 512, 256, "TPU v5e (ICI)",
                         False, True)
     assert any("all-gather" in t.get_text() for t in fig.texts)
-    rows = matmul_rows("X[B_X, D] · W[D_X, F] (FSDP)", 256, 256, 256, "TPU v5e (ICI)", False)
-    assert "case 2" in str(rows) and "X[B_X, D] (FSDP)" not in CASES
+    rows = matmul_rows("In[B_X, D] · W1[D_X, F] (FSDP)", 256, 256, 256, "TPU v5e (ICI)", False)
+    assert "case 2" in str(rows) and "In[B_X, D] (FSDP)" not in CASES
+    # each label plans the layouts it names (the gather case gathers In along D; W1 is whole)
+    for label, (x, w) in CASES.items():
+        assert label.startswith(f"{x} · {w}")
 
 
 # --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------

@@ -92,10 +92,11 @@ class System:
             raise ArgumentError(f"system {self.name!r} is not a TPU slice; on_slice needs one of "
                                 "the TPU presets.")
         shape = hw.tpu(self.tpu, mesh_shape).mesh_shape
-        placement = tuple((name, (a,) if isinstance(a, int) else tuple(a))
+        placement = tuple((name, (a,) if not isinstance(a, tuple | list) else tuple(a))
                           for name, a in axes.items())
         used = [a for _, t in placement for a in t]
-        if len(set(used)) != len(used) or any(not 0 <= a < len(shape) for a in used):
+        if (len(set(used)) != len(used) or
+                any(not isinstance(a, int) or not 0 <= a < len(shape) for a in used)):
             raise ArgumentError(f"axes = {dict(placement)} must name each torus axis of "
                                 f"{shape} (0 to {len(shape) - 1}) at most once.")
         return replace(self, slice=shape, placement=placement)

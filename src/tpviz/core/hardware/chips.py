@@ -43,15 +43,15 @@ class Chip:
 
 
 CHIPS = {c.name: c for c in (
-    # v4p: 2.75e14 bf16 and int8, 32 GB, 1.2e12 B/s (austin2025scaling; Google's v4 page,
-    # google2023tpuv4: 275 TFLOP/s bf16 or int8, 32 GiB HBM2 at 1,200 GB/s)
-    Chip("TPU v4p", {"bf16": 2.75e14, "int8": 2.75e14}, 32e9, 1.2e12, "austin2025scaling"),
     # TPU table of the Scaling Book: v5e 1.97e14 bf16, 3.94e14 int8, 16 GB, 8.1e11 B/s
     Chip("TPU v5e", {"bf16": 1.97e14, "int8": 3.94e14}, 16e9, 8.1e11, "austin2025scaling"),
     # v5p: 4.59e14 bf16, 9.18e14 int8, 96 GB, 2.8e12 B/s
     Chip("TPU v5p", {"bf16": 4.59e14, "int8": 9.18e14}, 96e9, 2.8e12, "austin2025scaling"),
     # v6e (Trillium): 9.2e14 bf16, 1.84e15 int8, 32 GB, 1.6e12 B/s
     Chip("TPU v6e", {"bf16": 9.2e14, "int8": 1.84e15}, 32e9, 1.6e12, "austin2025scaling"),
+    # v4p: 2.75e14 bf16 and int8, 32 GB, 1.2e12 B/s (austin2025scaling; Google's v4 page,
+    # google2023tpuv4: 275 TFLOP/s bf16 or int8, 32 GiB HBM2 at 1,200 GB/s)
+    Chip("TPU v4p", {"bf16": 2.75e14, "int8": 2.75e14}, 32e9, 1.2e12, "austin2025scaling"),
     # H100 SXM datasheet: 989 TFLOP/s dense bf16, 1979 dense fp8, 80 GB HBM3 at 3.35 TB/s
     Chip("H100", {"bf16": 9.89e14, "fp8": 1.979e15}, 80e9, 3.35e12, "nvidia2023h100"),
     # A100 SXM 80GB datasheet: 312 TFLOP/s bf16, 624 int8, 80 GB HBM2e at 2,039 GB/s

@@ -107,10 +107,10 @@ TPUS = {s.name: s for s in (
     # ICI per link and direction, v4p and v5e 4.5e10, v5p/v6e 9e10 B/s; DCN per chip 3.125e9
     # (v5e), 6.25e9 (v4p, v5p: the book's "typical" figure), 1.25e10 (v6e); ~1 µs per hop; pods
     # 16x16, 16x16x16 (v4p: 4096 chips, google2023tpuv4) and 16x20x28 (austin2025scaling)
-    TpuSystem("TPU v4p", CHIPS["TPU v4p"], 4.5e10, 1e-6, 6.25e9, True, (16, 16, 16)),
     TpuSystem("TPU v5e", CHIPS["TPU v5e"], 4.5e10, 1e-6, 3.125e9, False, (16, 16)),
     TpuSystem("TPU v5p", CHIPS["TPU v5p"], 9e10, 1e-6, 6.25e9, True, (16, 20, 28)),
     TpuSystem("TPU v6e", CHIPS["TPU v6e"], 9e10, 1e-6, 1.25e10, False, (16, 16)),
+    TpuSystem("TPU v4p", CHIPS["TPU v4p"], 4.5e10, 1e-6, 6.25e9, True, (16, 16, 16)),
 )}
 
 
@@ -191,8 +191,16 @@ class TpuSlice:
         chips (coordinate tuples or row-major indices), each message routed by :mod:`.route`.
         Latency: the longest path's hops × α; bandwidth: the busiest link's bytes / W."""
         from tpviz.core import validate
+        from tpviz.errors import ArgumentTypeError
 
         v = validate.number("nbytes", nbytes, minimum=0)
+        try:
+            pairs = [tuple(pair) for pair in pairs]
+        except TypeError:
+            pairs = None
+        if pairs is None or any(len(pair) != 2 for pair in pairs):
+            raise ArgumentTypeError("pairs must be (source, target) pairs of chips, e.g. "
+                                    "[((0, 0), (3, 3))].")
         moves = [(self._chip("source", s), self._chip("target", t)) for s, t in pairs]
         busiest, hops, ports = route(self.mesh_shape, self.wrap, moves, v)
         if not hops:
