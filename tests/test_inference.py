@@ -82,7 +82,7 @@ def test_prefill_is_compute_bound_and_near_the_scaling_books_time():
 
 
 def test_palm_540b_is_below_its_measured_29_ms():
-    palm = hw.MODELS["PaLM 540B"]
+    palm = inference.PALM_540B
     assert palm.params == pytest.approx(540.35e9, rel=1e-4)  # Chowdhery et al., Table 1
     assert inference.kv_cache_bytes(palm, 1) == 2 * 118 * 1 * 256 * 2  # multi-query
     # Pope et al.: 29 ms per token on 64 TPU v4, int8 weights, 2,048 tokens: our model is a

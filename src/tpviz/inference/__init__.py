@@ -18,6 +18,7 @@ from tpviz.inference.plan import (
 from tpviz.inference.run import SCHEMES, combine_across, place, program, step_body
 from tpviz.inference.serve import (
     CHIP_HOUR,
+    PALM_540B,
     chip_counts,
     curve,
     disaggregate,
@@ -28,7 +29,7 @@ from tpviz.inference.serve import (
     weight_stationary,
 )
 
-__all__ = ["BYTES", "CHIP_HOUR", "SCHEMES", "Checked", "Step", "check", "chip_counts",
+__all__ = ["BYTES", "CHIP_HOUR", "PALM_540B", "SCHEMES", "Checked", "Step", "check", "chip_counts",
            "combine_across", "critical_batch", "curve", "decode", "disaggregate", "draw",
            "explore", "explore_decode", "kv_cache_bytes", "max_batch", "mesh_of", "min_chips",
            "model", "network", "paged", "place", "plan", "prefill", "program", "reference",

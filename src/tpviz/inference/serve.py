@@ -37,6 +37,15 @@ from tpviz.inference.plan import (
     prefill,
 )
 
+#: PaLM 540B (chowdhery2023palm, Table 1: 540.35B parameters): L 118, D 18432, 48 heads of
+#: 256, F = 4D, multi-query attention (one key/value head), SwiGLU, no biases, input and output
+#: embeddings shared, a 256k vocabulary. Its parallel layers are not modelled (two all-reduces
+#: per layer are priced where Pope et al. need one). Kept here, beside the serving it prices,
+#: rather than in ``core.hardware.MODELS``, whose every entry the training chapters list.
+PALM_540B = hw.Model("PaLM 540B", 118, 18432, 48, seq=2048, vocab=256000, batch=2048,
+                     ffn=73728, kv_heads=1, head_dim=256, gated=True, tied=True, bias=False,
+                     norm="rms", learned_positions=False, source="chowdhery2023palm")
+
 #: Google Cloud's on-demand dollars per chip-hour, as the Scaling Book quotes them (February
 #: 2025, austin2025scaling "Serving LLaMA"): examples; set your own
 CHIP_HOUR = {"TPU v5e": 1.2, "TPU v5p": 4.2, "H100": 10.8}

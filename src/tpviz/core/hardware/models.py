@@ -163,10 +163,4 @@ MODELS = {m.name: m for m in (
     # experts, 2 per token, s 32768 (jiang2024mixtral)
     _llama("Mixtral 8x7B", 32, 4096, 14336, 32, 32000, 32768, "jiang2024mixtral", batch=128,
            experts=8, top_k=2),
-    # PaLM 540B: L 118, D 18432, 48 heads of 256, F = 4D, multi-query attention (1 KV head),
-    # SwiGLU, no biases, shared input-output embeddings, 256k vocabulary, s 2048
-    # (chowdhery2023palm, Table 1: 540.35B parameters); its parallel layers are not modelled
-    Model("PaLM 540B", 118, 18432, 48, seq=2048, vocab=256000, batch=2048, ffn=73728,
-          kv_heads=1, head_dim=256, gated=True, tied=True, bias=False, norm="rms",
-          learned_positions=False, source="chowdhery2023palm"),
 )}
