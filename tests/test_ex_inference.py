@@ -43,6 +43,20 @@ def test_draft_length(capsys):
     fails(ex.check_draft_length, 4, words="pair")
 
 
+def test_draft_length_grades_the_pair_together():
+    """A wrong speed-up says nothing about γ (no per-key feedback to try γ = 1 … 12 against),
+    and a γ's message never shows its speed-up."""
+    def gain(g):
+        return (1 - 0.7 ** (g + 1)) / (0.3 * (0.1 * g + 1))
+
+    for g in (3, 4, 5):  # the right γ with a wrong speed-up reads like a wrong γ's
+        said = fails(ex.check_draft_length, (g, 1.7), words="the speed-up is 1.7, which is not")
+        assert "another" not in said and f"{gain(g):.3f}" not in said
+    said = fails(ex.check_draft_length, (3, gain(3)), words="speed-up of γ = 3, but another γ")
+    assert f"{gain(3):.2f}" not in said
+    fails(ex.check_draft_length, (0, 1.0), words="from 1 to 12")
+
+
 def test_paging_gain(capsys):
     lengths = answers.REQUESTS
     blocks = sum(-(-n // 16) for n in lengths)
@@ -69,7 +83,9 @@ def test_serving_design_grades_the_reasons():
     fails(ex.check_serving_design, *_priced("TPU v5p", 4, 256, "int8"), words="over the 30 ms")
     fails(ex.check_serving_design, *_priced("TPU v5e", 8, 160, "int8"), words="HBM")
     fails(ex.check_serving_design, *_priced("H100", 8, 64, "int8"), words="costs")
-    fails(ex.check_serving_design, *_priced("TPU v5e", 16, 1, "bf16"), words="costs")
+    said = fails(ex.check_serving_design, *_priced("TPU v5e", 16, 1, "bf16"), words="costs")
+    cost, best = _priced("TPU v5e", 16, 1, "bf16")[5], answers.cheapest()[0]
+    assert f"costs {1 - best / cost:.0%} less" in said  # the cheapest's saving, below 100%
     right = _priced("TPU v5p", 2, 96, "int8")
     fails(ex.check_serving_design, *right[:4], 12.0, right[5], words="ms per token")
     fails(ex.check_serving_design, "TPU v9", *right[1:], words="choose system")
