@@ -91,8 +91,8 @@ def decode_mistake(case, out, want) -> str | None:
                       "own key and value too.",
             "stale": "the attention reads the cache as it was before this step's keys and "
                      "values were written at pos.",
-            "tile": "query heads are matched with the wrong key/value heads: see which "
-                    "key/value head query head j uses, in the exercise.",
+            "tile": "query heads are matched with the wrong key/value heads: see which query "
+                    "heads share a key/value head, in the exercise.",
             "scale": "the scores are not divided by √d_h."}
     grouped = case.sizes["kv"] // n > 1 and case.sizes["heads"] // case.sizes["kv"] > 1
     for name, text in said.items():
