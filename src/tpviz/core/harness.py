@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import io
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -132,9 +133,10 @@ class Build:
     out: Any  # a notation string, or a tuple of them for several outputs
     axes: Sequence[str]
     cases: Sequence[tuple[tuple[int, ...], dict]]
-    inputs: Callable[[dict, np.random.Generator], tuple]
+    inputs: Callable[[dict, np.random.Generator], tuple]  # sizes (and "devices"), rng -> args
     reference: Callable[..., Any]
     collectives: Callable[[Case], list[Expect]] | None = None
+    extra: Callable[[Case, list], str | None] | None = None  # more about the collectives
     unavailable: Sequence[str] = ()
     per_device: bool = True
     program: Callable[[Any, Case], Callable] | None = None
@@ -143,6 +145,7 @@ class Build:
     explicit: bool = False  # the mesh's axes are Explicit, and the program runs in its context
     placed: bool = False  # the inputs arrive placed as ``layouts`` (else: host arrays)
     out_names: Sequence[str] | None = None
+    names: Sequence[str] | None = None  # the inputs' names (default: from ``layouts``)
     diagnose: Callable[[Case, Any, Any], str | None] | None = None
     memory: Callable[[Case, Any], str | None] | None = None
     hint: str = ""
@@ -211,18 +214,21 @@ def _manual(build: Build, text: str) -> None:
                     build.hint)
 
 
-def _grade_case(answer, build: Build, case: Case, vma: bool) -> list:
-    want = build.reference(*case.args)
+def _grade_case(answer, build: Build, case: Case, vma: bool, state: dict) -> list:
+    takes_case = "case" in inspect.signature(build.reference).parameters
+    want = build.reference(*case.args, **({"case": case} if takes_case else {}))
     out, program, text = _run(answer, build, case, vma)
     values(build, case, out, want)
+    state["values"] = True  # how far this case got (for choosing a message)
     _manual(build, text)
     if not build.per_device:
         mistake = placement(program, out, case, build.layouts, build.out)
         if mistake:
             raise Wrong(mistake, build.hint)
     found = moved(program, case.mesh)
-    if build.collectives is not None:
-        mistake = compare(found, build.collectives(case))
+    if build.collectives is not None or build.extra is not None:
+        mistake = compare(found, build.collectives(case)) if build.collectives else None
+        mistake = mistake or (build.extra(case, found) if build.extra else None)
         if mistake:
             raise Wrong(f"right values, but the compiled program holds {summary(found)}: "
                         f"{mistake}.", build.hint)
@@ -235,8 +241,9 @@ def _cases(build: Build) -> list[Case]:
     cases = []
     for k, (shape, sizes) in enumerate(build.cases):
         rng = np.random.default_rng(build.seed + k)
-        args = tuple(build.inputs(dict(sizes), rng))
-        names = tuple(parse(text).name for text in build.layouts)
+        n = int(np.prod(shape))
+        args = tuple(build.inputs(dict(sizes, devices=n), rng))
+        names = tuple(build.names or (parse(text).name for text in build.layouts))
         mesh = _mesh(shape, build.axes, build.explicit)
         if build.placed:
             args = tuple(jax.device_put(a, jax.sharding.NamedSharding(mesh, spec))
@@ -249,15 +256,19 @@ def _attempt(answer, build: Build, vma: bool) -> str:
     cases, passed, first = _cases(build), [], None
     for case in cases:
         quiet = contextlib.redirect_stdout(io.StringIO()) if passed else contextlib.nullcontext()
+        state = {"values": False}
         try:
             with quiet:  # the learner's printing is shown once, for the first case
-                found = _grade_case(answer, build, case, vma)
+                found = _grade_case(answer, build, case, vma, state)
         except Wrong as w:
             if passed:
-                raise Wrong(f"right on {passed[0].describe()}, but on {case.describe()}: "
-                            f"{w.message}", w.hint or "Does your code assume a size or a number "
-                            "of devices? Read them from the arrays and the mesh axes.") from None
-            raise Wrong(f"on {case.describe()}: {w.message}", w.hint) from None
+                wrong = Wrong(f"right on {passed[0].describe()}, but on {case.describe()}: "
+                              f"{w.message}", w.hint or "Does your code assume a size or a "
+                              "number of devices? Read them from the arrays and the mesh axes.")
+            else:
+                wrong = Wrong(f"on {case.describe()}: {w.message}", w.hint)
+            wrong.progress = (len(passed), state["values"], getattr(w, "diagnosed", False))
+            raise wrong from None
         first = found if not passed else first
         passed.append(case)
     verify.require(bool(cases), "a Build needs at least one case")
@@ -278,10 +289,11 @@ def grade(answer, build: Build) -> str:
         raise NotAttempted
     if build.vma != "either":
         return _attempt(answer, build, bool(build.vma))
-    try:
+    try:  # check_vma=True (JAX's default), then False: the message of the one that got further
         return _attempt(answer, build, True)
     except Wrong as typed:
         try:
             return _attempt(answer, build, False)
-        except Wrong:
-            raise typed from None
+        except Wrong as untyped:
+            further = getattr(untyped, "progress", ()) > getattr(typed, "progress", ())
+            raise (untyped if further else typed) from None

@@ -8,7 +8,7 @@ from collections import Counter
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, PartitionSpec
 
 from tpviz.core import compiled
 from tpviz.core.executed import UnknownCount, executed
@@ -130,9 +130,11 @@ def placement(program, out, case, layouts, out_layout) -> str | None:
 
 
 def specs(layouts):
-    """``PartitionSpec``(s) of a notation string or of a tuple of them."""
+    """``PartitionSpec``(s) of a notation string (or a spec) or of a tuple of them."""
     if isinstance(layouts, str):
         return parse(layouts).spec
+    if isinstance(layouts, PartitionSpec):
+        return layouts
     return tuple(specs(x) for x in layouts)
 
 
@@ -140,7 +142,9 @@ def values(build, case, out, want) -> None:
     """Compare the program's result with the reference, leaf by leaf; :class:`Wrong` naming the
     first that differs (its per-device block when the answer is per-device)."""
     if build.diagnose is not None and (said := build.diagnose(case, out, want)):
-        raise Wrong(said, build.hint)
+        wrong = Wrong(said, build.hint)
+        wrong.diagnosed = True
+        raise wrong
     got_leaves, treedef = jax.tree.flatten(out)
     want_leaves, want_def = jax.tree.flatten(want)
     names = list(build.out_names or [])
