@@ -149,7 +149,7 @@ class Build:
     diagnose: Callable[[Case, Any, Any], str | None] | None = None
     memory: Callable[[Case, Any], str | None] | None = None
     hint: str = ""
-    praise: str = ""
+    praise: str | Callable[[Case, list], str] = ""  # words for ✓; a callable reads the program
     rtol: float = 1e-4
     atol: float = 1e-4
     seed: int = 0
@@ -279,8 +279,9 @@ def _attempt(answer, build: Build, vma: bool) -> str:
     checked = (f"right on {len(cases)} cases ({meshes}, "
                f"{len({tuple(c.sizes.items()) for c in cases})} sets of sizes)")
     what = summary(first) if first else "nothing between devices"
-    return (f"{build.praise + ' ' if build.praise else ''}The compiled program moved {what} "
-            f"on {cases[0].describe()}; {checked}.")
+    praise = build.praise(cases[0], first) if callable(build.praise) else build.praise
+    return (f"{praise + ' ' if praise else ''}The compiled program moved {what} on "
+            f"{cases[0].describe()}; {checked}.")
 
 
 def grade(answer, build: Build) -> str:

@@ -160,8 +160,8 @@ def values(build, case, out, want) -> None:
             spec = outs[i] if isinstance(outs, tuple) else outs
             block = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(ref.shape)
             mine = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(tuple(got.shape))
-            raise Wrong(f"on {case.describe()}, each device returned a block of shape {mine} "
-                        f"for {name}; its block should be {block}.", build.hint)
+            raise Wrong(f"each device returned a block of shape {mine} for {name}; its block "
+                        f"should be {block}.", build.hint)
         if not build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
             shapes = ", ".join(str(tuple(np.shape(a))) for a in case.args)
             raise Wrong(f"{name} has shape {tuple(got.shape)}, but for the check's inputs of "
