@@ -165,7 +165,8 @@ def values(build, case, out, want) -> None:
         if not build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
             shapes = ", ".join(str(tuple(np.shape(a))) for a in case.args)
             raise Wrong(f"{name} has shape {tuple(got.shape)}, but for the check's inputs of "
-                        f"shapes {shapes} it should be {ref.shape}: compute it from the "
-                        "arguments (the check passes arrays of its own).", build.hint)
+                        f"shapes {shapes} it should be {ref.shape}. Does your code compute from "
+                        "its arguments, whatever their sizes? The check passes arrays of its "
+                        "own.", build.hint)
         expect_array(got, ref.astype(np.asarray(got).dtype) if hasattr(got, "dtype") else ref,
                      what=name, rtol=build.rtol, atol=build.atol, hint=build.hint)
