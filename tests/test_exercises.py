@@ -241,13 +241,6 @@ def test_conjugates_checker(capsys):
           words="4x too large|gradient of X")  # no custom_vjp: a bare psum
 
 
-def test_row_parallel_checker(capsys):
-    passes(ex.check_row_parallel, lambda h, w: jax.lax.psum(h @ w, "model"), capsys=capsys)
-    fails(ex.check_row_parallel, lambda h, w: h @ w, words="one device's partial sum")
-    fails(ex.check_row_parallel, lambda h, w: jax.lax.psum(h @ w, "model") / 4, words="wrong values")
-    fails(ex.check_row_parallel, lambda h, w: jax.lax.psum(h, "model") @ w, words="raised|shape")
-
-
 def test_all_reduces_and_weight_bytes(capsys):
     passes(ex.check_all_reduces, 96, capsys=capsys)
     fails(ex.check_all_reduces, 48, words="one direction")
