@@ -268,10 +268,14 @@ def test_zero_memory_and_fewest_devices(capsys):
 
 
 def test_grad_reduce_scatter(capsys):
-    passes(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum_scatter(g, "data", tiled=True) / 8,
-           capsys=capsys)
-    fails(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum(g, "data") / 8, words="all-reduce")
-    fails(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum_scatter(g, "data", tiled=True),
+    def padded(g):
+        return jax.numpy.pad(g, (0, -g.shape[0] % jax.lax.axis_size("data")))
+
+    passes(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum_scatter(
+        padded(g), "data", tiled=True) / jax.lax.axis_size("data"), capsys=capsys)
+    fails(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum(g, "data") / 8, words="block")
+    fails(ex.check_grad_reduce_scatter, lambda g: jax.lax.psum_scatter(padded(g), "data",
+                                                                       tiled=True),
           words="sum over the devices")
     fails(ex.check_grad_reduce_scatter, lambda g: g[:8], words="wrong values")
 

@@ -73,8 +73,12 @@ def compare(found, want) -> str | None:
         if not same:
             have = sum(1 for i in items if i[0] == e.kind)
             need = sum(1 for w in wanted if w.kind == e.kind)
-            return (f"{have} {e.kind}(s) where the exercise needs {need}" if have else
-                    f"no {e.kind}" + (f" of {e.what}" if e.what else ""))
+            none = f"no {e.kind}" + (f" of {e.what}" if e.what else "")
+            if left:  # something else moved instead
+                kind, nbytes, axes = left[0]
+                return (f"{_article(kind)} {kind}{_along(axes)} of {nbytes:,} bytes more than "
+                        f"the exercise needs, and {none}")
+            return f"{have} {e.kind}(s) where the exercise needs {need}" if have else none
         kind, nbytes, axes = same[0]
         if nbytes != e.nbytes:
             more = "more" if nbytes > e.nbytes else "fewer"
