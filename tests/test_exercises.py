@@ -309,28 +309,3 @@ def test_step_shardings(capsys):
     fails(ex.check_step_shardings, {**MESH2D_ANSWER, "tmp": "data, model"}, words="pair")
     ex.check_step_shardings({k: ... for k in MESH2D_ANSWER})
     assert "not attempted" in capsys.readouterr().out
-
-
-def test_final_reduce_scatter(capsys):
-    passes(ex.check_final_reduce_scatter,
-           lambda y: jax.lax.psum_scatter(y, "model", scatter_dimension=1, tiled=True),
-           capsys=capsys)
-    fails(ex.check_final_reduce_scatter, lambda y: jax.lax.psum(y, "model"), words="shape")
-    fails(ex.check_final_reduce_scatter,
-          lambda y: jax.lax.psum_scatter(y, "data", scatter_dimension=1, tiled=True),
-          words="raised|wrong values|shape")
-    fails(ex.check_final_reduce_scatter,
-          lambda y: jax.lax.psum_scatter(y, "model", scatter_dimension=0, tiled=True),
-          words="shape|wrong values")
-
-    def all_reduce_then_slice(y):
-        i = jax.lax.axis_index("model")
-        return jax.lax.dynamic_slice_in_dim(jax.lax.psum(y, "model"), i * 4, 4, axis=1)
-
-    fails(ex.check_final_reduce_scatter, all_reduce_then_slice, words="more bytes")
-
-    def stub(y):
-        raise NotImplementedError
-
-    ex.check_final_reduce_scatter(stub)
-    assert "not attempted" in capsys.readouterr().out

@@ -54,7 +54,10 @@ How the answer becomes a program (``per_device`` and ``program``):
 - ``per_device=False``: the answer is a whole program on the exercise's mesh (the first devices
   of ``chosen_devices()``, as ``tpviz.make_mesh`` makes it); it is called on global arrays.
 - ``program=lambda answer, case: fn``: anything else (an answer with extra arguments, operators
-  plugged into the checker's own model, a library program with the learner's step in it).
+  plugged into the checker's own model, a library program with the learner's step in it). The
+  hook and the program it returns run inside the watch: ``unavailable`` must not name a
+  function that the checker's own program calls (6.3 runs ``mesh2d.run.forward`` with the
+  learner's last step, so only ``mesh2d.run.reduce_scatter`` is out of reach there).
 
 Other builds (no mesh: a pricing function, a schedule) use :func:`guarded` to call the answer
 with the book's answers out of reach. ✗ messages say what is wrong and where to look (the
