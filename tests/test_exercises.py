@@ -2,6 +2,9 @@
 the stub reports "not attempted yet", and wrong learner code never escapes as a raw traceback."""
 
 import itertools
+import json
+import pathlib
+import re
 
 import jax
 import numpy as np
@@ -309,3 +312,23 @@ def test_step_shardings(capsys):
     fails(ex.check_step_shardings, {**MESH2D_ANSWER, "tmp": "data, model"}, words="pair")
     ex.check_step_shardings({k: ... for k in MESH2D_ANSWER})
     assert "not attempted" in capsys.readouterr().out
+
+
+# --- honest labels (issue 39), chapters 0-6 --------------------------------------------------
+
+HEADING = re.compile(r"\*\*Exercise (\d+\.\d+) — [^*]*\((easy|medium|hard), "
+                     r"(one-line|multi-step|build|design)\)\.\*\*")
+LABELLED = sorted(pathlib.Path(__file__).parent.parent.joinpath("book").glob("0[0-6]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", LABELLED, ids=lambda p: p.name)
+def test_exercise_kinds_follow_the_rules(path):
+    """Each heading says its level and kind; >= 2 builds, >= 1 design, at most a third
+    one-line."""
+    cells = json.loads(path.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    prompts = re.findall(r"\*\*Exercise \d+\.\d+ —", text)
+    kinds = [m.group(3) for m in HEADING.finditer(text)]
+    assert len(kinds) == len(prompts) >= 6, "a heading without '(level, kind)'"
+    assert kinds.count("build") >= 2 and kinds.count("design") >= 1
+    assert 3 * kinds.count("one-line") <= len(kinds)
