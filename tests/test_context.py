@@ -200,6 +200,25 @@ def test_together_chooses_context_parallelism_for_long_sequences():
     assert short.context == 1  # at 2,048 tokens the sequence is not worth splitting
 
 
+def test_together_counts_every_blocks_scores_and_the_backward_ring():
+    """Without recomputation a CP device keeps its s/c queries' scores against all s keys:
+    Korthikanti's sbh·34 + 5·a·s·S·b with s = S/c (not 5·a·s²·b). Ring permutes per layer:
+    c - 1 per forward pass; backward c - 1 (scores kept) or 2c - 1 (recomputed: Liu et al.)."""
+    import dataclasses
+
+    from tpviz.together import MODELS, plan
+
+    S, c = 8192, 4
+    model = dataclasses.replace(MODELS["GPT-3 6.7B"], seq=S, batch=8)
+    a, h, L, s = model.heads, model.hidden, model.layers, S // c
+    none = plan(model, "H100 80GB", 1, 1, 2, recompute="none", context=c)
+    assert none.memory["activations"] == pytest.approx(L * (34 * s * h + 5 * a * s * S))
+    for recompute, per_layer in (("none", 2 * (c - 1)), ("selective", (c - 1) + (2 * c - 1)),
+                                 ("full", 2 * (c - 1) + (2 * c - 1))):
+        found = plan(model, "H100 80GB", 1, 1, 2, recompute=recompute, context=c)
+        assert len(found.collectives["context"]) == L * per_layer
+
+
 # --- exercises: each checker against the solution and wrong answers ---------------------------
 
 import jax  # noqa: E402
