@@ -16,13 +16,14 @@ from tpviz.errors import TpvizError
 def balance(flops: dict[str, list[float]]) -> Figure:
     """Bars of each device's FLOPs, one group per layout (``{"contiguous": [...], ...}``), with
     the mean as a dashed line: the step waits for the tallest bar."""
-    fig = column_figure(2.8)
+    fig = column_figure(3.0)
     axes = fig.subplots(1, len(flops), sharey=True, squeeze=False)[0]
     for ax, (name, values) in zip(axes, flops.items(), strict=True):
         values = np.asarray(values, float) / 1e6
         ax.bar(range(len(values)), values, color=palette(len(values)))
         ax.axhline(values.mean(), color="black", linestyle="--", linewidth=1)
-        ax.set_title(f"{name}: busiest / mean = {values.max() / values.mean():.2f}", fontsize=10)
+        ax.set_title(f"{name}\nbusiest / mean = {values.max() / values.mean():.2f}",
+                     fontsize=SMALL_PT)
         ax.set_xlabel("device")
         ax.set_xticks(range(len(values)))
     axes[0].set_ylabel("MFLOPs (cost analysis)")
