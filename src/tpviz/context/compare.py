@@ -4,7 +4,7 @@ Per device, every scheme computes the same FLOPs: the Q, K, V and output project
 S/N tokens' worth, 8·B·S·H²/N (a little less with grouped-query attention, which the model
 ignores), and the attention scores and their product with the values, 4·B·S²·H/N (half of it
 under a causal mask, when the work is balanced). They differ in what they send
-(:func:`tpviz.context.plan`) and in what they keep, with γ = n_kv/n_h and the scores
+(:func:`tpviz.context.plan`) and in what they keep, with φ = n_kv/n_h and the scores
 materialised (no FlashAttention), twice (the scores and their exponentials, as XLA keeps them):
 
 - ring: q and the output of its S/N tokens, its keys and values, the block it attends and the
@@ -18,7 +18,7 @@ materialised (no FlashAttention), twice (the scores and their exponentials, as X
 
 Ring attention can hide its permutes: while block s is attended, block s+1 travels. A step's
 permute is hidden when one block's attention, 4·B·(S/N)²·H FLOPs, takes at least as long as
-sending the block, 2·γ·B·(S/N)·H bytes: when S/N ≥ R·γ·b / (2·W_p) tokens, W_p being what the book's
+sending the block, 2·φ·B·(S/N)·H bytes: when S/N ≥ R·φ·b / (2·W_p) tokens, W_p being what the book's
 hardware model gives a permute to the ring's next device (one link, one direction).
 Ulysses', all-gather's and usp's all-to-alls wait for the projections and the attention waits
 for them: exposed.
@@ -154,13 +154,13 @@ def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: int,
 def hiding_block(hidden: int, system: str | System = "H100 (NVLink)", dtype="bf16",
                  devices: int = 8, heads: int = 1, kv_heads: int | None = None) -> float:
     """S/N, tokens per device from which one block's attention (non-causal) hides the next
-    block's permute: 4·c²·H / R ≥ 2·γ·c·H·b / W_p, so c ≥ R·γ·b / (2·W_p) (independent of H),
-    with W_p = :func:`permute_bandwidth` (W_link on a TPU torus, W on NVLink) and γ =
+    block's permute: 4·c²·H / R ≥ 2·φ·c·H·b / W_p, so c ≥ R·φ·b / (2·W_p) (independent of H),
+    with W_p = :func:`permute_bandwidth` (W_link on a TPU torus, W on NVLink) and φ =
     n_kv/n_h (1 by default)."""
     system = _system(system)
     validate.integer("hidden", hidden)
     z = check_sizes("ring", 1, heads, 1, kv_heads=kv_heads)
-    gamma = z.kv_heads / z.heads
-    return system.flops * gamma * dtype_size(dtype) / (2 * permute_bandwidth(system, devices))
+    phi = z.kv_heads / z.heads
+    return system.flops * phi * dtype_size(dtype) / (2 * permute_bandwidth(system, devices))
 
 

@@ -1,7 +1,7 @@
 """The ways to split the sequence as plans: collectives and work per device (no devices).
 
 Notation (``book/notation.md``): S sequence, B batch, H = n_h · d_h hidden, n_h query heads and
-n_kv key/value heads (grouped-query attention; γ = n_kv / n_h, 1 without it), N devices of the
+n_kv key/value heads (grouped-query attention; φ = n_kv / n_h, 1 without it), N devices of the
 context axis, b bytes per value. Per attention layer, forward pass:
 
 ========== ============================================ ===========================================
@@ -9,19 +9,19 @@ scheme     collectives (each device)                     bytes each device sends
 ========== ============================================ ===========================================
 sequence   all-gather of [B, S, H], reduce-scatter to    2 (N-1)/N · B S H b  (Megatron's
            [B, S/N, H] (Korthikanti et al. 2023)          all-reduce: the same)
-ring       N - 1 permutes of the key/value block          (N-1) · 2 γ B (S/N) H b
+ring       N - 1 permutes of the key/value block          (N-1) · 2 φ B (S/N) H b
            [2, B, S/N, n_kv, d_h] (Liu et al. 2023)
-ulysses    4 all-to-alls: q and the output [B, S/N, H],   (N-1)/N · B (S/N) H b · (2 + 2γ)
+ulysses    4 all-to-alls: q and the output [B, S/N, H],   (N-1)/N · B (S/N) H b · (2 + 2φ)
            k and v [B, S/N, n_kv d_h] (Jacobs et al.)
-allgather  one all-gather of [2, B, S, n_kv, d_h]         (N-1)/N · 2 γ B S H b: the ring's bytes,
+allgather  one all-gather of [2, B, S, n_kv, d_h]         (N-1)/N · 2 φ B S H b: the ring's bytes,
            (Llama 3's CP: K and V gathered, then          sent before the attention instead of
            attention of the local queries)                beside it
 usp        Ulysses over u devices (4 all-to-alls) and     Ulysses' over u plus the ring's over
            a ring over r = N/u (Fang & Zhao 2024)         r, on blocks of n_kv/u heads
 ========== ============================================ ===========================================
 
-So Ulysses sends γN/(1 + γ) times fewer bytes than the ring: N/2 without grouped-query attention,
-but 0.89 at γ = 1/8 and N = 8 (the ring then sends fewer).
+So Ulysses sends φN/(1 + φ) times fewer bytes than the ring: N/2 without grouped-query attention,
+but 0.89 at φ = 1/8 and N = 8 (the ring then sends fewer).
 
 The backward pass (``training``) holds the transposes: a reduce-scatter and an all-gather
 (sequence; with ``regather``, Megatron's extra all-gather of the stored input shard), 4
