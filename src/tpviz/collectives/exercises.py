@@ -19,6 +19,7 @@ from tpviz.core.exercises import (
     call,
     checker,
     expect_array,
+    expect_bytes,
     expect_number,
     mesh_1d,
 )
@@ -68,8 +69,8 @@ def check_ring_bytes(answer) -> str:
                     "After the reduce-scatter comes an all-gather of the same size.")
     if answer == 2 * (RING_K - 1) * RING_V:
         raise Wrong("that sends the whole array at every step.", "Each step moves one chunk, V/N.")
-    expect_number(answer, p.bytes_per_device, rel=1e-9,
-                  hint="Count the steps, and the bytes of one chunk.")
+    expect_bytes(answer, p.bytes_per_device,
+                 hint="Count the steps, and the bytes of one chunk.")
     return f"2(N−1)/N · V = {p.bytes_per_device / 1e6:,.0f} MB, the lower bound."
 
 
