@@ -1,8 +1,6 @@
 """Chapter 2's topic: figures, explorers and checkers. Expected values are worked by hand from
 the published constants (austin2025scaling, NVIDIA datasheets), not read from core.hardware."""
 
-import jax
-import jax.numpy as jnp
 from checking import fails, passes, stub
 from matplotlib.figure import Figure
 
@@ -67,57 +65,6 @@ def test_check_sharp(capsys):
     passes(ex.check_sharp, plain / sharp, capsys=capsys)
     fails(ex.check_sharp, 2.0, words="2 \\(N - 1\\)/N")
     fails(ex.check_sharp, 1.3, words="not right")
-
-
-def _s(n, wrap):  # S(n) of a ring, or the middle link's load factor of a line
-    if wrap:
-        return n * n / 8 if n % 2 == 0 else (n * n - 1) / 8
-    return (n // 2) * (n - n // 2)
-
-
-def right_price(kind, v, sizes, wraps, link, hop, *, doubled=True, one_way=False,
-                switch=False):
-    n = 1
-    for k in sizes:
-        n *= k
-    hops = sum(k - 1 if (one_way or not w) else k // 2 for k, w in zip(sizes, wraps, strict=True))
-    if kind == "all-to-all":
-        if switch:
-            return hops * hop, (n - 1) / n / n * v / link
-        return hops * hop, sum(v / n * _s(k, w) / k for k, w in zip(sizes, wraps, strict=True)) / link
-    bw = sum((2 if w and doubled else 1) * link for w in wraps)
-    twice = 2 if kind == "all-reduce" else 1
-    return twice * hops * hop, twice * (n - 1) / n * v / bw
-
-
-def test_check_torus_price(capsys):
-    passes(ex.check_torus_price, right_price, capsys=capsys)
-    fails(ex.check_torus_price, lambda *a: right_price(*a, doubled=False), words="bandwidth")
-    fails(ex.check_torus_price, lambda *a: right_price(*a, one_way=True), words="latency")
-    fails(ex.check_torus_price, lambda *a: right_price(*a, switch=True), words="all-to-all")
-    fails(ex.check_torus_price, lambda *a: 1.0, words="pair")
-    stub(ex.check_torus_price, ..., capsys=capsys)
-
-
-def test_check_fast_gather(capsys):
-    passes(ex.check_fast_gather, lambda b, axes: jax.lax.all_gather(b, axes, tiled=True),
-           capsys=capsys)
-
-    def one_axis_then_the_other(b, axes):
-        return jax.lax.all_gather(jax.lax.all_gather(b, "y", tiled=True), "x", tiled=True)
-
-    def through_psum(b, axes):
-        i = jax.lax.axis_index("x") * 4 + jax.lax.axis_index("y")
-        whole = jnp.zeros((8 * b.shape[0], b.shape[1]), b.dtype)
-        return jax.lax.psum(jax.lax.dynamic_update_slice_in_dim(whole, b, i * b.shape[0], 0),
-                            axes)
-
-    fails(ex.check_fast_gather, one_axis_then_the_other, words="one axis's links at a time")
-    fails(ex.check_fast_gather, through_psum, words="twice the bytes")
-    fails(ex.check_fast_gather, lambda b, axes: jax.lax.all_gather(b, ("y", "x"), tiled=True),
-          words="wrong values")
-    fails(ex.check_fast_gather, lambda b, axes: jax.lax.all_gather(b, "y", tiled=True),
-          words="shape")
 
 
 def test_check_pod_design(capsys):

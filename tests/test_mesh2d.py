@@ -214,9 +214,13 @@ def test_check_mesh_design(capsys):
     model_axis = 4 * (7 / 8 * gib / 4.5e11 + 7 * 0.6e-6 + 2.7e-6)  # AG In, RS Out, AG dOut, RS dIn
     data_axis = 4 * (3 / 4 * (8192 * 32768 // 16 * 2) / 5e10 + 3 * 2.7e-6)  # W₁, W₂ and grads
     ms = max(model_axis, data_axis) * 1e3  # ≈ 8.38 ms
-    _passes(check_mesh_design, (4, 16), ms, capsys=capsys)
-    _fails(check_mesh_design, (8, 8), 4.8, words="over the budget")  # fastest, but 144 MiB
-    _fails(check_mesh_design, (1, 64), 37.7, words="another allowed mesh")
+    _passes(check_mesh_design, (4, 16), ms, capsys=capsys)  # 80 MiB of weights held
+    # (8, 8): model groups of 8 inside a node (NVLink); data groups of 8, one GPU per node
+    model_8 = 4 * (7 / 8 * (262144 // 8 * 8192 * 2) / 4.5e11 + 7 * 0.6e-6)
+    data_8 = 4 * (7 / 8 * (8192 * 32768 // 8 * 2) / 5e10 + 7 * 2.7e-6)
+    _passes(check_mesh_design, (8, 8), max(model_8, data_8) * 1e3, capsys=capsys)  # 144 MiB
+    _fails(check_mesh_design, (16, 4), 4.8, words="over the budget")  # 272 MiB
+    _fails(check_mesh_design, (2, 32), 16.75, words="over 10 ms")  # 48 MiB, but 16.75 ms
     _fails(check_mesh_design, (4, 16), 2 * ms, words="communication time")
     _fails(check_mesh_design, (4, 4), ms, words="not a")
     _stub(check_mesh_design, ..., ..., capsys=capsys)
