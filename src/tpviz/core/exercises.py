@@ -33,6 +33,9 @@ from tpviz.core.sandbox import StillRunning, TimeUp, run_limited, time_limit
 from tpviz.errors import describe
 
 NOT_ATTEMPTED = "not attempted yet"
+#: the mark of a check not attempted yet (✓ and ✗ mark the others): a glyph of the plain text
+#: fonts every front end has (DejaVu Sans, Liberation, Arial), not an emoji such as ⏳
+PENDING = "○"
 GRADING_ENV = "TPVIZ_GRADING"  # set (by tpviz.grading) while nbgrader grades: a stub fails
 GRADING = bool(os.environ.get(GRADING_ENV))  # read once, when tpviz is imported
 TIME_LIMIT_S = 15  # a learner's function runs at most this long inside a checker (a guard
@@ -148,6 +151,15 @@ def as_number(value, what: str = "your answer") -> float:
     return plain
 
 
+def shown(value: float) -> str:
+    """A number as a message shows it: a whole number without ".0" and with thousands
+    separators (4,194,304, however it was computed), others to 6 significant digits."""
+    x = float(value)
+    if x.is_integer() and abs(x) < 1e18:
+        return f"{int(x):,}"
+    return f"{x:,.2f}" if 1e5 <= abs(x) < 1e18 else f"{x:,.6g}"
+
+
 def as_bool(value, what: str = "your answer") -> bool:
     """A ``bool`` from ``True``/``False`` or a NumPy/JAX boolean scalar; :class:`Wrong` for
     anything else (``1``, ``"yes"``)."""
@@ -191,7 +203,7 @@ def expect_number(value, expected: float, *, what: str = "your answer", rel: flo
     except Wrong as w:
         raise Wrong(w.message, hint) from None
     if not math.isclose(got, expected, rel_tol=rel, abs_tol=rel):
-        raise Wrong(f"{what} is {got:,.6g}, which is not right.", hint)
+        raise Wrong(f"{what} is {shown(got)}, which is not right.", hint)
 
 
 def expect_array(value, expected, *, what: str = "your result", rtol: float = 1e-5,
@@ -269,8 +281,8 @@ def checker(title: str) -> Callable:
             if status == "stub":
                 if grading():  # nbgrader's autograde: a stub scores 0
                     raise ExerciseFailed(f"✗ {title}: {NOT_ATTEMPTED}.")
-                print(f"⏳ {title}: {NOT_ATTEMPTED}. Fill in the cell above, run it, then run "
-                      "this cell again.")
+                print(f"{PENDING} {title}: {NOT_ATTEMPTED}. Fill in the cell above, run it, "
+                      "then run this cell again.")
                 return None
             if status == "wrong":
                 raise ExerciseFailed(f"✗ {title}: {text}")
