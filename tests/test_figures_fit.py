@@ -109,10 +109,8 @@ def test_the_memory_plots_legend_leaves_every_line_visible(name):
 # Problems still in explorers' figures (measured with this check, not yet fixed): the list may
 # only get shorter. Each entry: (topic, render function) -> how many settings show a problem.
 STILL_WRONG: dict[tuple[str, str], int] = {
-    ("asyncpipe", "render_zoo"): 2, ("collectives", "render_collectives"): 3,
-    ("context", "render_context"): 2, ("matmul", "render_matmul"): 2,
-    ("megatron", "render_megatron"): 1, ("moe", "render_moe"): 1,
-    ("together", "render_together"): 2, ("zero", "render_zero"): 1}
+    # the narrow arrays' titles (W2, Out) overlap and pass the right edge at 16 devices, F = 8H
+    ("megatron", "render_megatron"): 1}
 
 
 def _benchmarked():

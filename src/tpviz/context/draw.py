@@ -51,6 +51,9 @@ def scaling(sequences, heads: int, hidden: int, devices: int, system: str = "H10
         ax.set_xlabel("sequence S", fontsize=SMALL_PT)
         ax.set_title(title.replace(", ", ",\n"), fontsize=SMALL_PT)
         ax.tick_params(labelsize=SMALL_PT)
-    axes[0].legend(fontsize=SMALL_PT)
-    fig.tight_layout()
+    # one legend under the three plots (inside the first it covered a scheme's line)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=SMALL_PT, loc="lower center", ncols=len(labels),
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig

@@ -27,10 +27,16 @@ SLACK_PX = 1.0
 
 
 def _undrawn_ticks(fig: Figure) -> set[int]:
-    """Tick labels matplotlib keeps but does not draw: their ticks lie outside the view."""
+    """Tick labels matplotlib keeps but does not draw: their ticks lie outside the view, or
+    their axis is off."""
     out = set()
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
+            if not ax.axison or not axis.get_visible():  # an axis turned off draws no text
+                out.update(id(t) for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+                           for t in (tick.label1, tick.label2))
+                out.add(id(axis.label))
+                continue
             lo, hi = sorted(axis.get_view_interval())
             eps = 1e-9 * max(1.0, abs(hi - lo))
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
