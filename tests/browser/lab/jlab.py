@@ -218,12 +218,14 @@ def move(page, cell: int, kind: str, nth: int) -> dict:
     return page.evaluate(MOVE_JS, {"cell": cell, "kind": kind, "nth": nth})
 
 
-def controls(page, cell: int) -> dict[str, int]:
+def controls(page, cell: int) -> dict:
+    """The explorer's drop-downs (how many options each) and check boxes (how many)."""
     return page.evaluate(
         "(cell) => { const box = window.jupyterapp.shell.currentWidget.content.widgets[cell]"
         ".node.querySelector('.jp-OutputArea-output > .widget-vbox'); return {select: "
-        "box.querySelectorAll('.widget-dropdown select').length, checkbox: box."
-        "querySelectorAll('.widget-checkbox input[type=checkbox]').length}; }", cell)
+        "Array.from(box.querySelectorAll('.widget-dropdown select')).map(s => s.options.length),"
+        " checkbox: box.querySelectorAll('.widget-checkbox input[type=checkbox]').length}; }",
+        cell)
 
 
 def figure_sources(page, cell: int) -> list[str]:
