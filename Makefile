@@ -139,7 +139,7 @@ $(INSTRUCTOR): $(STAMP) pyproject.toml
 	@touch $@
 
 student: $(INSTRUCTOR)
-	$(BIN)/python -m tpviz.grading.student book student
+	$(BIN)/python -m tpviz.grading.release book student
 
 grade: $(INSTRUCTOR)
 	$(BIN)/python -m tpviz.grading.grade submissions grades
@@ -152,7 +152,7 @@ benchmarks: $(STAMP)
 # saves widget state in the notebooks (tools/lab/overrides.json), so a notebook reopened after
 # its kernel stopped still shows each explorer's last figure. The full chapters are in book/.
 lab: $(INSTRUCTOR)
-	$(BIN)/python -m tpviz.grading.student book student --keep-changed
+	$(BIN)/python -m tpviz.grading.release book student --keep-changed
 	$(BIN)/jupyter lab --LabApp.app_settings_dir="$(CURDIR)/tools/lab" student
 
 clean:

@@ -52,8 +52,8 @@ Changes pushed here are replaced by the next build.
 
 def write(out: Path, commit: str, names: list[str] | None = None) -> list[Path]:
     """Write the branch's tree into ``out`` (emptied first); returns the notebooks written."""
-    from tpviz.grading.course import release
     from tpviz.grading.files import MANIFEST
+    from tpviz.grading.release import release
 
     if out.exists():
         shutil.rmtree(out)

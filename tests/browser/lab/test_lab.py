@@ -63,7 +63,7 @@ BROKEN = {"cells": [
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    from tpviz.grading.course import release
+    from tpviz.grading.release import release
 
     root = tmp_path_factory.mktemp("learner")
     release(ROOT / "book", root, CHAPTERS)  # the student version, as make lab writes it
