@@ -168,10 +168,10 @@ def explorers(page) -> list[int]:
 
 
 # Move one control of the explorer in cell `cell` (the `nth` drop-down, or check box) and wait
-# until its figure has changed and is painted: the time from the input event to the frame after
+# (at most 30 s) until its figure has changed and is painted: the time from the input event to the frame after
 # the new image is decoded, as the page sees it (the kernel's redraw, the messages, the image).
 MOVE_JS = """
-async ({cell, kind, nth}) => {
+async ({cell, kind, nth, to}) => {
   const nb = window.jupyterapp.shell.currentWidget.content;
   const box = nb.widgets[cell].node.querySelector('.jp-OutputArea-output > .widget-vbox');
   const out = box.querySelector('.widget-output');
@@ -197,7 +197,7 @@ async ({cell, kind, nth}) => {
   let value;
   if (kind === 'select') {
     const options = Array.from(control.options);
-    value = options[(control.selectedIndex + 1) % options.length].value;
+    value = options[to === null ? (control.selectedIndex + 1) % options.length : to].value;
     control.value = value;
     control.dispatchEvent(new Event('change', {bubbles: true}));
     value = control.options[control.selectedIndex].text;
@@ -209,13 +209,14 @@ async ({cell, kind, nth}) => {
   for (const img of out.querySelectorAll('img')) { try { await img.decode(); } catch (e) {} }
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   return {changed: ok, ms: performance.now() - t0, control: label, value: String(value),
-          figure: figure().slice(-60)};
+          index: kind === 'select' ? control.selectedIndex : null};
 }
 """
 
 
-def move(page, cell: int, kind: str, nth: int) -> dict:
-    return page.evaluate(MOVE_JS, {"cell": cell, "kind": kind, "nth": nth})
+def move(page, cell: int, kind: str, nth: int, to: int | None = None) -> dict:
+    """Move a control: a drop-down to option ``to`` (default: the next), a check box over."""
+    return page.evaluate(MOVE_JS, {"cell": cell, "kind": kind, "nth": nth, "to": to})
 
 
 def controls(page, cell: int) -> dict:

@@ -61,12 +61,27 @@ BROKEN = {"cells": [
                                 "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}
 
 
+def student_copy(source, out) -> None:
+    """The student version of a chapter, with the stubs nbgrader's release writes (make lab's
+    copies; tests/test_grading.py checks that release): no solution, no worked answer. Made
+    here without nbgrader's course (25 s of the test's time)."""
+    from tpviz.grading.student import is_worked_answer_cell, strip_solutions, strip_worked_answers
+
+    nb = json.loads(source.read_text())
+    nb["cells"] = [c for c in nb["cells"] if not is_worked_answer_cell(c)]
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        cell["source"] = (strip_solutions(text) if cell["cell_type"] == "code" else
+                          strip_worked_answers(text) if cell["cell_type"] == "markdown" else text)
+    assert "# BEGIN SOLUTION" not in json.dumps(nb) and "<summary>Answer" not in json.dumps(nb)
+    out.write_text(json.dumps(nb))
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    from tpviz.grading.release import release
-
     root = tmp_path_factory.mktemp("learner")
-    release(ROOT / "book", root, CHAPTERS)  # the student version, as make lab writes it
+    for chapter in CHAPTERS:
+        student_copy(ROOT / "book" / f"{chapter}.ipynb", root / f"{chapter}.ipynb")
     shutil.copyfile(root / f"{CHAPTERS[0]}.ipynb", root / "exercise.ipynb")  # not yet run
     (root / "broken.ipynb").write_text(json.dumps(BROKEN))
     with Lab(root, tmp_path_factory.mktemp("lab-home")) as server:
@@ -103,22 +118,28 @@ def test_a_chapter_runs_and_every_explorer_redraws(browser, lab, chapter):
         for cell in found:
             name = next(c["source"] for c in cells if c["index"] == cell).strip()
             have = controls(page, cell)
-            # each drop-down through all its options, back to the first; each check box ticked
-            # and unticked: every move changes the setting, and the next control starts from
-            # the explorer's own settings (one setting the library refuses, then a second
-            # refused for the same reason, would show the same words)
-            moves = [("select", k) for k, options in enumerate(have["select"])
-                     for _ in range(options)] + [
-                ("checkbox", k) for k in range(have["checkbox"]) for _ in range(2)]
-            assert moves, f"{name}: no drop-down or check box to move"
+            # each drop-down to the next option (on, while that draws the same figure: a 2D
+            # slice's "every axis" is its "two axes") and back to its first; each check box
+            # ticked and unticked. A control that never changes the figure is dead.
             changed: dict[tuple[str, int], list[str]] = {}
-            for kind, nth in moves:
-                r = move(page, cell, kind, nth)
-                assert not r.get("missing"), f"{name}: no {kind} {nth}"
-                changed.setdefault((kind, nth), [])
-                if r["changed"]:  # (two settings can draw the same: a 2D slice's 'all axes')
-                    changed[(kind, nth)].append(r["value"])
+            for nth, options in enumerate(have["select"]):
+                values = changed.setdefault(("select", nth), [])
+                for step in range(1, options):
+                    r = move(page, cell, "select", nth)
+                    start = (r["index"] - step) % options  # where the explorer had it
+                    if r["changed"]:
+                        values.append(r["value"])
+                        TIMES.setdefault(name, []).append(r["ms"])
+                        break
+                r = move(page, cell, "select", nth, to=start)  # back to the explorer's own
+                if r["changed"]:
                     TIMES.setdefault(name, []).append(r["ms"])
+            for nth in range(have["checkbox"]):
+                for _ in range(2):
+                    r = move(page, cell, "checkbox", nth)
+                    if r["changed"]:
+                        changed.setdefault(("checkbox", nth), []).append(r["value"])
+                        TIMES.setdefault(name, []).append(r["ms"])
             dead = [f"{kind} {nth}" for (kind, nth), values in changed.items() if not values]
             assert not dead, f"{name}: controls that never change the figure: {dead}"
             last[name] = figure_sources(page, cell)
