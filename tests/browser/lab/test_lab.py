@@ -77,6 +77,32 @@ def student_copy(source, out) -> None:
     out.write_text(json.dumps(nb))
 
 
+REFUSED = {"cells": [
+    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "id": "x",
+     "source": "import tpviz\n\ntpviz.explore_layout()"}],
+    "metadata": BROKEN["metadata"], "nbformat": 4, "nbformat_minor": 5}
+
+# A refused setting's words, each on one line: a word the browser broke over two lines has two
+# boxes (printed output in JupyterLab breaks anywhere; the explorer shows a paragraph)
+WORDS_JS = """
+(cell) => {
+  const p = window.jupyterapp.shell.currentWidget.content.widgets[cell].node
+      .querySelector('.widget-output .tpviz-refused');
+  if (!p) return null;
+  const text = p.firstChild, broken = [];
+  let at = 0;
+  for (const word of text.textContent.split(' ')) {
+    const range = document.createRange();
+    range.setStart(text, at); range.setEnd(text, at + word.length);
+    if (word && range.getClientRects().length > 1) broken.push(word);
+    at += word.length + 1;
+  }
+  return {lines: Math.round(p.getBoundingClientRect().height /
+                            parseFloat(getComputedStyle(p).lineHeight)), broken};
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("learner")
@@ -84,6 +110,7 @@ def lab(tmp_path_factory):
         student_copy(ROOT / "book" / f"{chapter}.ipynb", root / f"{chapter}.ipynb")
     shutil.copyfile(root / f"{CHAPTERS[0]}.ipynb", root / "exercise.ipynb")  # not yet run
     (root / "broken.ipynb").write_text(json.dumps(BROKEN))
+    (root / "refused.ipynb").write_text(json.dumps(REFUSED))
     with Lab(root, tmp_path_factory.mktemp("lab-home")) as server:
         yield server
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -202,6 +229,24 @@ def test_an_exercise_fails_then_passes(browser, lab):
         said = text_of(run_cell(page, check))
         assert said.startswith("✓") and "8,388,608 bytes" in said, said
         _shot(page, "exercise")
+    finally:
+        page.close()
+
+
+def test_a_refused_setting_reads_in_whole_words(browser, lab):
+    """A sharding the library refuses: its ⚠ message wraps between words (it once broke
+    words in two: printed output), on a narrow page where it takes several lines."""
+    page, _ = open_notebook(browser, lab, "refused.ipynb", width=560)
+    try:
+        run_all(page)
+        page.evaluate(
+            "() => { const box = window.jupyterapp.shell.currentWidget.content.widgets[0].node"
+            ".querySelector('.widget-text input'); box.value = 'A[I_Q, J_Y]'; box.dispatchEvent("
+            "new Event('change', {bubbles: true})); }")
+        page.wait_for_function(f"({WORDS_JS})(0) !== null", timeout=30_000)
+        seen = page.evaluate(WORDS_JS, 0)
+        assert seen["lines"] >= 2 and seen["broken"] == [], seen
+        _shot(page, "refused")
     finally:
         page.close()
 
