@@ -76,6 +76,14 @@ def test_a_new_work_of_the_same_author_and_year_relabels_the_text():
         markup.relabel(f"[x]({REF}#gone)", names)
 
 
+def test_anchors_are_docutils_ids_with_or_without_docutils(monkeypatch):
+    keys = ["austin2025scaling", "Smith_2020", "nvidia2023h100", "a:b-c"]
+    expected = ["austin2025scaling", "smith-2020", "nvidia2023h100", "a-b-c"]  # docutils' rule
+    assert [markup.anchor(k) for k in keys] == expected
+    monkeypatch.setitem(sys.modules, "docutils.nodes", None)  # as in the colab environment
+    assert [markup.anchor(k) for k in keys] == expected
+
+
 def test_the_labels_are_the_references_lists():
     """Works of one author and year get a, b, c in the order the references list sorts them."""
     names = _names()

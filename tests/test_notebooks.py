@@ -91,10 +91,8 @@ def test_every_check_follows_a_solution(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_citation_is_in_the_bibliography(path):
     """Each citation links to the references entry of a work in references.bib."""
-    from docutils.nodes import make_id
-
     bib = (ROOT / "references.bib").read_text()
-    anchors = {make_id(k) for k in re.findall(r"^@\w+\{([^,]+),", bib, re.M)}
+    anchors = {markup.anchor(k) for k in re.findall(r"^@\w+\{([^,]+),", bib, re.M)}
     text = "".join("".join(c["source"]) for c in cells(path, "markdown"))
     for anchor in markup.cited(text):
         assert anchor in anchors, anchor
