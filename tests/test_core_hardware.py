@@ -16,6 +16,9 @@ def test_wraparound_follows_each_generation_rule():
     assert hw.tpu("TPU v5e", (4, 4)).wrap == (False, False)
     assert hw.tpu("TPU v5p", (4, 4, 8)).wrap == (True, True, True)
     assert hw.tpu("TPU v5p", (2, 2, 4)).wrap == (False, False, False)
+    # a v4p/v5p slice named by fewer axes is padded with 1s: 4x4 is 4x4x1, not whole cubes
+    assert hw.tpu("TPU v4p", (4, 4)).wrap == (False, False)
+    assert hw.tpu("TPU v5p", (16,)).wrap == (False,)
 
 
 def test_all_gather_with_and_without_wraparound():
@@ -143,6 +146,15 @@ def test_groups_are_laid_out_along_torus_axes():
     assert (v5e.group(16).wrap, v5e.group(32).mesh_shape) == ((True,), (16, 2))
     assert (v5p.group(8).wrap, v5p.group(2).wrap) == ((True,), (False,))
     assert v5p.group(4096).mesh_shape == (16, 16, 16)
+    # on v5p each group axis that is a multiple of 4 is a whole slice axis (a ring), the rest
+    # a segment: 32 chips are a ring of 16 and a line of 2, not two lines (16 and 64 wrap)
+    assert (v5p.group(32).mesh_shape, v5p.group(32).wrap) == ((16, 2), (True, False))
+    assert v5p.group(512).wrap == (True, True, False)
+    assert v5p.group(64).wrap == (True, True)
+    # all-gather of V over the 32: links 2W + W, hops 8 + 1 (by hand)
+    p = v5p.group(32).price("all-gather", V)
+    assert p.bandwidth_s == pytest.approx(31 / 32 * V / (3 * 9e10), rel=1e-12)
+    assert p.latency_s == pytest.approx(9e-6, rel=1e-12)
     with pytest.raises(ArgumentError, match="devices"):
         v5e.group(17)
 
