@@ -50,6 +50,11 @@ def test_check_ring_all_to_all(capsys):
     fails(ex.check_ring_all_to_all, 15 / 256 * 16e6 / 9e10 * 1e3, words="switch")
     fails(ex.check_ring_all_to_all, 15 / 256 * 16e6 / 9e10 * 1e3 + 0.008, words="switch")
     fails(ex.check_ring_all_to_all, 16e6 / (4 * 4.5e10) * 1e3 + 0.008, words="not right")
+    # a learner's slips within 0.01 ms of the answer (0.0524 ms) are still wrong: 15 hops
+    # (n - 1, one way round), 16 MiB for 16 MB, a (n - 1)/n factor on the ring's V/8
+    for wrong in (16e6 / (8 * 4.5e10) * 1e3 + 0.015, 2**24 / (8 * 4.5e10) * 1e3 + 0.008,
+                  15 / 16 * 16e6 / (8 * 4.5e10) * 1e3 + 0.008):
+        fails(ex.check_ring_all_to_all, wrong, words="not right")
 
 
 def test_check_hop_crossover(capsys):

@@ -215,12 +215,14 @@ def only_keys(answer, allowed: Iterable[str], what: str = "your answer",
 
 def expect_number(value, expected: float, *, what: str = "your answer", rel: float = 1e-6,
                   hint: str = "") -> None:
-    """The answer is a number equal to ``expected`` (within a relative tolerance)."""
+    """The answer is a number equal to ``expected`` within a relative tolerance ``rel`` (an
+    absolute one, ``rel``, only when ``expected`` is 0: an absolute slack of ``rel`` would let
+    a small answer, 0.05 ms say, be 20 % off)."""
     try:
         got = as_number(value, what)
     except Wrong as w:
         raise Wrong(w.message, hint) from None
-    if not math.isclose(got, expected, rel_tol=rel, abs_tol=rel):
+    if not math.isclose(got, expected, rel_tol=rel, abs_tol=0.0 if expected else rel):
         raise Wrong(f"{what} is {got:,.6g}, which is not right.", hint)
 
 
