@@ -67,6 +67,30 @@ def test_hierarchical_on_two_and_thirty_two_nodes():
     assert strided.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 5e10)
 
 
+def test_scalable_units_bound_the_ring_between_nodes():
+    # the Scaling Book's precise form: V · max over levels of (D - 1)/(D · W); the leaf level
+    # is one SU of 32 nodes at 400 GB/s (413 GB/s), the spine 4 SUs at 12.8 TB/s each
+    c = hw.gpu_cluster("H100", 1024)  # 128 nodes
+    p = c.price("all-gather", 1.6e9)
+    assert p.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 4e11)  # not 127/128
+    assert p.latency_s == pytest.approx(6.6e-6 + 7 * 0.6e-6 + (31 + 3) * 2.7e-6)
+    # within one SU nothing changes: 32 nodes, 31/32 as before
+    assert c.price("all-gather", 1.6e9, 256).bandwidth_s == pytest.approx(p.bandwidth_s)
+
+
+def test_nccl_flat_ring_counts_steps_as_tuning_cc():
+    # NCCL's ring latency (src/graph/tuning.cc): baseLat + (nsteps - nInterSteps) · intraLat
+    # + nInterSteps · interLat, nsteps = n - 1 (2(n - 1) for an all-reduce), nInterSteps =
+    # nNodes - 1 (twice), intraLat = max(0.6, netOverhead 1.0) µs once it spans nodes, 2.7 µs
+    c = hw.gpu_cluster("H100", 32)  # 4 nodes of 8
+    ag = c.price("all-gather", 1.6e9, algorithm="ring")
+    assert ag.latency_s == pytest.approx(6.6e-6 + 28 * 1.0e-6 + 3 * 2.7e-6)  # 42.7 µs
+    ar = c.price("all-reduce", 1.6e9, algorithm="ring")
+    assert ar.latency_s == pytest.approx(6.6e-6 + 2 * (28 * 1.0e-6 + 3 * 2.7e-6))  # 78.8 µs
+    # every byte of 31/32 V crosses the slower of NVLink (450) and the 8 NICs (400 GB/s)
+    assert ag.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 4e11)
+
+
 def test_sharp_all_reduce_costs_v_over_w():
     plain = hw.gpu_cluster("H100", 8).price("all-reduce", 1.6e9)
     sharp = hw.gpu_cluster("H100 + SHARP", 8).price("all-reduce", 1.6e9)
