@@ -92,3 +92,9 @@ def test_check_pod_design(capsys):
     fails(ex.check_pod_design, 4096, 1, 3, 0, words="FSDP")
     fails(ex.check_pod_design, 1024, 4, 3, 3, words="cannot be laid out")
     fails(ex.check_pod_design, 1024, 2, 3, 1, words="4,096")
+    # a learner's slips: Y's shared axis not counted (M_Y = 0), two axes for X + Y, whole
+    # axes the other way round, X over two axes only
+    fails(ex.check_pod_design, 1024, 4, 3, 0, words="cannot be laid out")
+    fails(ex.check_pod_design, 1024, 4, 1, 1, words="cannot be laid out")
+    fails(ex.check_pod_design, 4, 1024, 1, 3, words="tensor parallelism")
+    fails(ex.check_pod_design, 512, 8, 2, 1, words="at most 256 chips")
