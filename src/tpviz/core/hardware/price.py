@@ -13,7 +13,8 @@ shard it has only just received, so every step pays its α *and* its bytes, and 
 the algorithm does. The sum is also the closer of the two to the measurement the Scaling Book
 reports, though both are below it: a 32 kB-per-chip gather over a v5e axis of 4 that its max()
 puts at 3 µs (three hops) took about 8 µs; the sum gives 5.2 µs. The two differ by at most a
-factor of 2 (at the crossover), and agree wherever one term dominates. :attr:`Price.overlapped_s` gives the max() form.
+factor of 2 (at the crossover), and agree wherever one term dominates.
+:attr:`Price.overlapped_s` gives the max() form.
 """
 
 from __future__ import annotations
