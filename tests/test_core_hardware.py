@@ -240,6 +240,11 @@ def test_contract_names_and_bad_input():
     assert hw.roofline("H100", 1e12, 1e6).bound == "compute"
     with pytest.raises(ArgumentError, match="mesh_shape"):
         hw.tpu("TPU v5e", (32, 32))
+    with pytest.raises(ArgumentError, match="axis longer"):
+        hw.tpu("TPU v5e", (32, 8))  # 256 chips, but a v5e pod's axes are 16
+    with pytest.raises(ArgumentError, match="axis longer"):
+        hw.tpu("TPU v5p", (32, 16, 16))  # the v5p pod is 16x20x28
+    assert hw.tpu("TPU v5p", (28, 20, 16)).mesh_shape == (28, 20, 16)
     with pytest.raises(ArgumentError, match="kind"):
         hw.tpu("TPU v5e", (16,)).price("all-sum", 1.0)
     with pytest.raises(ArgumentError, match="per_node"):

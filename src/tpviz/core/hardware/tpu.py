@@ -252,7 +252,8 @@ def tpu(name: str, mesh_shape, wrap=None) -> TpuSlice:
 
     Raises:
         ArgumentError: an unknown name, a shape that is not 1–3 positive sizes, or one larger
-            than the generation's pod.
+            than the generation's pod (in chips, or along an axis: a v5e (32, 8) has 256
+            chips but no axis of 32).
     """
     from tpviz.core import validate
     from tpviz.errors import ArgumentError, ArgumentTypeError
@@ -270,6 +271,11 @@ def tpu(name: str, mesh_shape, wrap=None) -> TpuSlice:
     if math.prod(shape) > math.prod(system.pod):
         raise ArgumentError(f"mesh_shape = {shape} has more chips than a {name} pod "
                             f"{system.pod}; use DCN between slices (dcn_price).")
+    longest = sorted(shape, reverse=True)
+    if any(n > p for n, p in zip(longest, sorted(system.pod, reverse=True), strict=False)):
+        raise ArgumentError(f"mesh_shape = {shape} has an axis longer than the {name} pod "
+                            f"{system.pod} allows; give axes that fit in it, e.g. "
+                            f"{system.pod}.")
     rule = system.wraparound(shape)
     if wrap is not None:
         rule = tuple(bool(x) for x in wrap)
