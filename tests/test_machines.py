@@ -80,6 +80,13 @@ def test_check_pod_design(capsys):
     # Y = 4·4 over two shared axes, X = 4·4·16 over three
     passes(ex.check_pod_design, 256, 16, 3, 2, capsys=capsys)
     passes(ex.check_pod_design, 2048, 2, 3, 1, capsys=capsys)
+    # read strictly, a shared axis gives Y's 4 neighbours one link (no wraparound): TP
+    # 4·2²¹·8192/(1024·9e10) = 0.75 ms, still under the 1.05 ms of math ...
+    ex.check_pod_design(1024, 4, 3, 1)
+    assert "still is (0.75 ms)" in capsys.readouterr().out
+    # ... while Y = 8 neighbours on one link take 4·2²¹·8192/(512·9e10) = 1.49 ms
+    ex.check_pod_design(512, 8, 3, 1)
+    assert "takes 1.49 ms; 6 of the 9 layouts" in capsys.readouterr().out
     # the old key: X = 1,024 cannot fit on 2 torus axes (16·16 = 256 chips)
     fails(ex.check_pod_design, 1024, 4, 2, 1, words="cannot be laid out")
     fails(ex.check_pod_design, 512, 8, 1, 2, words="at most 16 chips")
