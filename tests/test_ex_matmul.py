@@ -84,6 +84,29 @@ def test_column_parallel_rejects_wrong_programs(name):
     fails(ex.check_column_parallel, wrong, X, W, words=words)
 
 
+def test_column_parallel_rejects_a_shard_map_that_leaves_the_matmul_to_the_compiler():
+    """Review (issue 39): the product computed by the compiler, with a shard_map that only passes
+    arrays through (for the layouts), passed: nothing of the learner's did the matmul."""
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    ident = _sm(lambda o: o, COLUMNS, COLUMNS)
+    fails(ex.check_column_parallel, jax.jit(lambda a, b: ident(a @ b)), X, W,
+          words=r"computes outside its jax.shard_map \(dot_general\)")
+    pin = _sm(lambda a, b: (a, b), (WHOLE, COLUMNS), (WHOLE, COLUMNS))
+    fails(ex.check_column_parallel, jax.jit(lambda a, b: jax.lax.with_sharding_constraint(
+        jnp.matmul(*pin(a, b)), NamedSharding(mesh8, COLUMNS))), X, W,
+        words="computes outside its jax.shard_map")
+
+
+def test_column_parallel_passes_other_right_programs(capsys):
+    """Review: jax.jit around it, einsum, check_vma=False, a Python wrapper: all right."""
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    passes(ex.check_column_parallel, jax.jit(jax.shard_map(
+        lambda a, b: jnp.einsum("bd,df->bf", a, b), mesh=mesh8, in_specs=(P(None, None), COLUMNS),
+        out_specs=COLUMNS, check_vma=False)), X, W, capsys=capsys)
+    inner = _sm(lambda a, b: jnp.dot(a, b), (WHOLE, COLUMNS), COLUMNS)
+    passes(ex.check_column_parallel, lambda a, b: inner(a, b), X, W, capsys=capsys)
+
+
 # --- 3.2 the reduce-scatter variant ----------------------------------------------------------
 
 def _scatter(y):
