@@ -111,5 +111,26 @@ def test_fast_gather_rejects_wrong_programs(wrong, words):
     fails(ex.check_fast_gather, wrong, words=words)
 
 
+def _from_device_0(block, axes):  # forgets `me`: every position counted from device 0
+    k = jax.lax.axis_size(axes)
+    out = jnp.zeros((k, *block.shape), block.dtype).at[0].set(block)
+    from_left = from_right = block
+    for s in range(1, k // 2 + 1):
+        from_left = jax.lax.ppermute(from_left, axes, [(i, (i + 1) % k) for i in range(k)])
+        out = out.at[(-s) % k].set(from_left)
+        if s < k - s:
+            from_right = jax.lax.ppermute(from_right, axes, [(i, (i - 1) % k) for i in range(k)])
+            out = out.at[s].set(from_right)
+    return out.reshape(-1, block.shape[1])
+
+
+def test_fast_gather_reads_every_devices_copy():
+    """Review (issue 39): the result is whole on every device (out_specs=P() without check_vma),
+    and the check read device 0's copy only: a gather that forgets the device's own index is
+    right there, and passed."""
+    fails(ex.check_fast_gather, _from_device_0,
+          words="device 1 ends with wrong values for the result")
+
+
 def test_tpviz_imports():  # the chapter's checker names stay where the notebooks find them
     assert tpviz.machines.exercises.check_fast_gather is ex.check_fast_gather

@@ -121,6 +121,20 @@ def test_zero1_step_rejects_wrong_programs(name):
     fails(ex.check_zero1_step, wrong, words=words)
 
 
+def test_zero1_step_reads_every_devices_parameters():
+    """Review (issue 39): the new parameters come back whole on every device (out_specs=P()
+    without check_vma) and the check read device 0's copy only: a step that leaves the other
+    devices with the old parameters passed."""
+    right = _zero1()
+
+    def first_only(params, grad, m, v):
+        whole, m, v = right(params, grad, m, v)
+        return jnp.where(jax.lax.axis_index("data") == 0, whole, params), m, v
+
+    fails(ex.check_zero1_step, first_only, words="device 1 ends with wrong values for the new "
+          "parameters")
+
+
 def test_zero1_step_raises_and_loops_are_messages(monkeypatch):
     def raises(p, g, m, v):
         raise KeyError("oops")

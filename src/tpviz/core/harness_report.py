@@ -174,3 +174,20 @@ def values(build, case, out, want) -> None:
                         "own.", build.hint)
         expect_array(got, ref.astype(np.asarray(got).dtype) if hasattr(got, "dtype") else ref,
                      what=name, rtol=build.rtol, atol=build.atol, hint=build.hint)
+        _every_device(got, ref, name, case, build)
+
+
+def _every_device(got, ref, name: str, case, build) -> None:
+    """Each device's copy of the result, not only the one the array shows: a result held whole
+    on every device (``out_specs=P()`` without ``check_vma``) shows device 0's copy alone."""
+    for shard in getattr(got, "addressable_shards", ()):
+        mine = np.asarray(shard.data)
+        part = np.asarray(ref, mine.dtype)[shard.index]
+        if mine.shape == part.shape and np.allclose(mine, part, rtol=build.rtol,
+                                                    atol=build.atol):
+            continue
+        devices = list(np.asarray(case.mesh.devices).flat)
+        where = devices.index(shard.device) if shard.device in devices else shard.device.id
+        raise Wrong(f"device {where} ends with wrong values for {name}; the array shows "
+                    "another device's copy, which is right. Every device should end with the "
+                    "result.", build.hint)
