@@ -108,6 +108,11 @@ ZERO1_WRONG = {
                                  "needs, and no reduce-scatter of the gradient"),
     "sum": (_zero1(mean=False), "wrong values"),
     "two outputs": (lambda p, g, m, v: (p, m), "structure|2 array"),
+    # review: the parameters returned as this device's slice only (the checker crashed: "your
+    # answer could not be checked (TypeError ...)")
+    "slice only": (lambda p, g, m, v: adam(jax.lax.dynamic_slice_in_dim(
+        p, jax.lax.axis_index("data") * m.shape[0], m.shape[0]), g[: m.shape[0]], m, v, T),
+        r"the new parameters has shape \(8,\); it should be \(64,\)"),
 }
 
 

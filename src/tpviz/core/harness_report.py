@@ -109,8 +109,8 @@ def placement(program, out, case, layouts, out_layout) -> str | None:
         parsed = parse(text)
         arg = np.asarray(arg)
         want = NamedSharding(case.mesh, parsed.spec)
-        if sharding.is_equivalent_to(want, arg.ndim):
-            continue
+        if sharding is None or sharding.is_equivalent_to(want, arg.ndim):
+            continue  # (None: the compiled program never reads this input)
         block, nbytes = _held(sharding, arg.shape, arg.itemsize)
         _, want_bytes = _held(want, arg.shape, arg.itemsize)
         return (f"{parsed.name} is held {_where(block, arg.shape)} on each device ({nbytes:,} "
@@ -160,8 +160,11 @@ def values(build, case, out, want) -> None:
         name = names[i] if i < len(names) else "the result"
         ref = np.asarray(ref)
         if build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
-            outs = specs(build.out)
+            outs = specs(build.out) if build.out is not None else None
             spec = outs[i] if isinstance(outs, tuple) else outs
+            if spec is None:  # laid out by the checker's own program (``program=``)
+                raise Wrong(f"{name} has shape {tuple(got.shape)}; it should be {ref.shape}.",
+                            build.hint)
             block = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(ref.shape)
             mine = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(tuple(got.shape))
             raise Wrong(f"each device returned a block of shape {mine} for {name}; its block "
