@@ -74,6 +74,21 @@ def test_row_parallel_refuses_the_library_function_itself():
 
 # --- 4.2 f and g -------------------------------------------------------------------------
 
+def test_row_parallel_refuses_the_library_with_the_watch_switched_off_for_a_moment():
+    """Review (issue 39): switching the checker's watch off around the library call and putting
+    it back (sys.setprofile, saved first) passed; it is refused when it happens."""
+    import sys
+
+    def sneaky(tmp, w2):
+        watch = sys.getprofile()
+        sys.setprofile(None)
+        out = megatron.row_parallel(_mine(tmp, w2.shape[0]), w2, "model")
+        sys.setprofile(watch)
+        return out
+
+    fails(ex.check_row_parallel, sneaky, words=r"switched off the checker's watch")
+
+
 def _conjugates(f_backward=lambda ct: jax.lax.psum(ct, "model"),
                 g_forward=lambda x: jax.lax.psum(x, "model"), g_backward=lambda ct: ct):
     @jax.custom_vjp

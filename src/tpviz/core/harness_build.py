@@ -110,15 +110,19 @@ def guarded(fn, *args, what: str = "your function", names: Sequence[str] = ()):
         with unavailable(names) as called:
             result = call(fn, *args, what=what)
     except Unavailable as e:
-        raise Wrong(message(e.name)) from None
+        raise Wrong(_refused(e.name)) from None
     except Wrong:
         if called:
-            raise Wrong(message(called[0])) from None
+            raise Wrong(_refused(called[0])) from None
         raise
     if called:
-        raise Wrong(message(called[0]) if called[0] != "sys.setprofile" else
-                    "your code switched off the checker's watch (sys.setprofile); leave it on.")
+        raise Wrong(_refused(called[0]))
     return result
+
+
+def _refused(name: str) -> str:
+    return (message(name) if name != "sys.setprofile" else
+            "your code switched off the checker's watch (sys.setprofile); leave it on.")
 
 
 def cases(build: Build) -> list[Case]:
