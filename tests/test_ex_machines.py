@@ -124,6 +124,12 @@ def _from_device_0(block, axes):  # forgets `me`: every position counted from de
     return out.reshape(-1, block.shape[1])
 
 
+def test_fast_gather_rejects_the_chapters_axis_name_written_in():
+    """Review (issue 39): the check's ring axis was "x", the chapter's own mesh axis, so a gather
+    with "x" written in for ``axes`` passed."""
+    fails(ex.check_fast_gather, lambda b, a: _both_ways(b, "x"), words="unbound axis name: x")
+
+
 def test_fast_gather_reads_every_devices_copy():
     """Review (issue 39): the result is whole on every device (out_specs=P() without check_vma),
     and the check read device 0's copy only: a gather that forgets the device's own index is
