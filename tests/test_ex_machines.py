@@ -64,6 +64,23 @@ def test_torus_price_rejects_wrong_models(wrong, words):
     fails(ex.check_torus_price, wrong, words=words)
 
 
+def test_torus_price_is_computed_after_the_learners_call():
+    """Review (issue 39): the expected price was on the checker's stack while the learner's
+    function ran, and a function that read it from the calling frames passed."""
+    import sys
+
+    def peek(kind, v, sizes, wraps, link, hop):
+        frame = sys._getframe(1)
+        while frame is not None:
+            for value in frame.f_locals.values():
+                if hasattr(value, "latency_s") and hasattr(value, "bandwidth_s"):
+                    return value.latency_s, value.bandwidth_s
+            frame = frame.f_back
+        return 0.0, 0.0
+
+    fails(ex.check_torus_price, peek, words="the latency term")
+
+
 # --- 2.7 an all-gather both ways round a ring -----------------------------------------------
 
 def _both_ways(block, axes, devices=None, both=True, every_round=False):

@@ -41,9 +41,9 @@ def check_torus_price(fn) -> str:
     link, hop = 4.5e10, 1e-6
     system = replace(hw.TPUS["TPU v5e"], link=link, hop_latency=hop)
     for kind, v, sizes, wraps in _cases():
-        want = hw.TpuSlice(system, sizes, wraps).price(kind, v)
         got = harness.guarded(fn, kind, v, sizes, wraps, link, hop, what="your function",
                               names=PRICE)
+        want = hw.TpuSlice(system, sizes, wraps).price(kind, v)  # after: not on the stack
         try:
             lat, bw = (as_number(x) for x in got)
         except (TypeError, ValueError, Wrong):
