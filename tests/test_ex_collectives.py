@@ -188,3 +188,12 @@ def test_same_as_big_batch_gives_no_per_key_feedback(capsys):
     two = fails(ex.check_same_as_big_batch, {**TRUTH, "a": False, "c": True}, words="not all")
     assert one == two and "(b)" not in one and "1 of" not in one
     fails(ex.check_same_as_big_batch, {**TRUTH, "a": "yes"}, words="True or False")
+
+
+def test_dp_gradients_without_a_collective_are_told_where_the_sum_came_from():
+    """Review (issue 39): a step with no collective at all was told that "the devices' shares
+    are summed": true only because JAX sums the gradient of parameters held whole under
+    check_vma=True; the message now says so."""
+    message = fails(ex.check_dp_gradients, lambda p, x, y: jax.grad(dp_loss)(p, x, y),
+                    words="8 times too large")
+    assert "with no collective in your code" in message

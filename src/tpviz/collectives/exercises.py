@@ -190,7 +190,9 @@ def _dp_diagnose(case, got, want) -> str | None:
     try:
         if np.allclose(got["w"], case.n * np.asarray(want["w"]), rtol=1e-4):
             return (f"the gradient is {case.n} times too large: the devices' shares are summed, "
-                    "not averaged.")
+                    "not averaged. (With check_vma=True, JAX's default, the gradient with "
+                    "respect to parameters every device holds whole comes out summed over the "
+                    "devices already, with no collective in your code.)")
     except (TypeError, KeyError, IndexError, ValueError):
         return None
     return None
