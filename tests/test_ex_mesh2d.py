@@ -218,6 +218,24 @@ def test_mlp2d_rejects_wrong_programs(name):
     fails(ex.check_mlp2d, wrong, words=words)
 
 
+def _everything_everywhere(x, w1, w2):  # every array gathered whole, Out's block sliced
+    def whole(a, first, second):
+        return jax.lax.all_gather(jax.lax.all_gather(a, first[0], axis=first[1], tiled=True),
+                                  second[0], axis=second[1], tiled=True)
+
+    out = jax.nn.relu(whole(x, ("model", 1), ("data", 0)) @ whole(w1, ("data", 0), ("model", 1))
+                      ) @ whole(w2, ("data", 1), ("model", 0))
+    (b, d), i, j = x.shape, jax.lax.axis_index("data"), jax.lax.axis_index("model")
+    return jax.lax.dynamic_slice(out, (i * b, j * d), (b, d))
+
+
+def test_mlp2d_names_the_missing_collective_once():
+    """Review (issue 39): the message read "no reduce-scatter of reduce-scatter Out' along
+    model": the plan's description used as the operand's name."""
+    message = fails(ex.check_mlp2d, _everything_everywhere, words="no reduce-scatter of Out'")
+    assert "of reduce-scatter" not in message
+
+
 def test_mlp2d_stops_an_endless_loop(monkeypatch):
     monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
 
