@@ -195,6 +195,34 @@ def test_fsdp_matmul_rejects_wrong_programs(name):
     fails(ex.check_fsdp_matmul, wrong, words=words)
 
 
+def _checkers_arrays():  # the harness's inputs, found on the stack while the answer traces
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in frame.f_locals.values():
+            if type(value).__name__ == "Case" and hasattr(value, "args"):
+                return [np.asarray(a) for a in value.args]
+        frame = frame.f_back
+    return None
+
+
+def _baked(x, w):  # review: Out read off the checker's arrays, baked in; W1 gathered for show
+    x_all, w_all = _checkers_arrays()
+    out = jnp.asarray(x_all @ w_all)
+    rows = out.shape[0] // jax.lax.axis_size("X")
+    mine = jax.lax.dynamic_slice_in_dim(out, jax.lax.axis_index("X") * rows, rows, 0)
+    return mine + 0.0 * (x @ jax.lax.all_gather(w, "X", axis=0, tiled=True))
+
+
+def test_fsdp_matmul_runs_the_program_again_on_inputs_made_after_it_was_traced():
+    """Review (issue 39): a per-device function that read the checker's arrays from the stack
+    while tracing (notebook only: graded runs refuse frames) and returned the product as a
+    constant passed, with the right all-gather for show."""
+    fails(ex.check_fsdp_matmul, _baked, words="right on the check's first inputs, but on other "
+          "inputs of the same shapes")
+
+
 def test_fsdp_matmul_stops_an_endless_loop(monkeypatch):
     monkeypatch.setattr(framework, "TIME_LIMIT_S", 1)
 

@@ -35,8 +35,10 @@ grades, stopping at the first mistake:
    (:mod:`tpviz.core.unavailable`: calling one fails with "this exercise asks you to write what
    `tpviz.megatron.row_parallel` does"); an exception, an endless loop or a stub is a message;
 2. **values** against ``reference(*inputs)`` (or ``reference(*inputs, case=case)``), leaf by
-   leaf (named by ``out_names``); a ``diagnose(case, got, want)`` hook may first name a known
-   mistake ("8 times too large: summed, not averaged");
+   leaf (named by ``out_names``) and on every device's copy; a ``diagnose(case, got, want)`` hook
+   may first name a known mistake ("8 times too large: summed, not averaged"). The compiled
+   program then runs again on inputs of the same shapes made after it was traced (a result read
+   from the checker's arrays while tracing and baked in is right on the first ones only);
 3. **manual** (``manual=True``): the program must be a ``jax.shard_map``, with nothing computed
    outside it (a program left to the compiler, ``jax.jit(..., out_shardings=...)``, fails, and
    so does a ``shard_map`` whose inputs or result the compiler reshapes, sums or reshards);
@@ -89,6 +91,7 @@ mesh size only) and test that each is rejected with words that name its mistake.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import io
 
@@ -160,11 +163,29 @@ def _manual(build: Build, outside: list[str] | None) -> None:
                     "all of the communication, in the per-device function.", build.hint)
 
 
-def _grade_case(answer, build: Build, case: Case, vma: bool, state: dict) -> list:
+def _reference(build: Build, case: Case):
     takes_case = "case" in inspect.signature(build.reference).parameters
-    want = build.reference(*case.args, **({"case": case} if takes_case else {}))
+    return build.reference(*case.args, **({"case": case} if takes_case else {}))
+
+
+def _again(build: Build, case: Case, program) -> None:
+    """The compiled program on inputs made after it was traced: a result baked in while tracing
+    (read from the checker's arrays) is right on the first inputs only."""
+    if case.remake is None:
+        return
+    fresh = dataclasses.replace(case, args=case.remake())
+    out = guarded(lambda: jax.block_until_ready(program(*fresh.args)), what=build.what)
+    try:
+        values(build, fresh, out, _reference(build, fresh))
+    except Wrong as w:
+        raise Wrong("right on the check's first inputs, but on other inputs of the same shapes "
+                    f"(made after your program was traced): {w.message}", w.hint) from None
+
+
+def _grade_case(answer, build: Build, case: Case, vma: bool, state: dict) -> list:
     out, program, outside = _run(answer, build, case, vma)
-    values(build, case, out, want)
+    values(build, case, out, _reference(build, case))  # (computed after the learner's code ran)
+    _again(build, case, program)
     state["values"] = True  # how far this case got (for choosing a message)
     _manual(build, outside)
     if not build.per_device:
