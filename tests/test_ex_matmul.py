@@ -144,6 +144,23 @@ def test_reduce_scatter_solution_passes_and_reports_the_program(capsys):
     assert "a reduce-scatter along 'X' of 1,536 bytes" in capsys.readouterr().out
 
 
+def test_reduce_scatter_passes_other_right_programs(capsys):
+    """Review: the transposed product scattered along its rows and transposed back (under jit),
+    and an untiled reduce-scatter under check_vma=False, are right."""
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    passes(ex.check_reduce_scatter, jax.jit(_sm(lambda a, b: jax.lax.psum_scatter(
+        jnp.einsum("bd,df->fb", a, b), "X", scatter_dimension=0, tiled=True).T, RS, COLUMNS)),
+        X, W, capsys=capsys)
+
+    def untiled(a, b):
+        part = a @ b
+        return jax.lax.psum_scatter(part.reshape(part.shape[0], 8, -1), "X", scatter_dimension=1)
+
+    passes(ex.check_reduce_scatter, jax.shard_map(untiled, mesh=mesh8, in_specs=RS,
+                                                  out_specs=COLUMNS, check_vma=False), X, W,
+           capsys=capsys)
+
+
 @pytest.mark.parametrize("name", sorted(SCATTER_WRONG))
 def test_reduce_scatter_rejects_wrong_programs(name):
     wrong, words = SCATTER_WRONG[name]

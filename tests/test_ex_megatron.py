@@ -207,6 +207,24 @@ def test_sequence_parallel_solution_passes_and_reports_the_program(capsys):
             "512 bytes") in out
 
 
+def test_sequence_parallel_passes_other_right_programs(capsys):
+    """Review: an untiled gather and scatter, and the partial sums scattered feature-major and
+    transposed back, are right."""
+    def untiled(x, w1, w2):
+        tokens = jax.lax.all_gather(x, "model").reshape(-1, x.shape[1])
+        partial = jax.nn.gelu(tokens @ w1) @ w2
+        n = jax.lax.axis_size("model")
+        return jax.lax.psum_scatter(partial.reshape(n, -1, partial.shape[1]), "model")
+
+    def transposed(x, w1, w2):
+        tokens = jax.lax.all_gather(x, "model", axis=0, tiled=True)
+        partial = (jax.nn.gelu(tokens @ w1) @ w2).T
+        return jax.lax.psum_scatter(partial, "model", scatter_dimension=1, tiled=True).T
+
+    for right in (untiled, transposed):
+        passes(ex.check_sequence_parallel, right, capsys=capsys)
+
+
 @pytest.mark.parametrize("name", sorted(SP_WRONG))
 def test_sequence_parallel_rejects_wrong_programs(name):
     wrong, words = SP_WRONG[name]

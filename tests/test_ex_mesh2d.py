@@ -212,6 +212,17 @@ def test_mlp2d_solution_passes(capsys):
     passes(ex.check_mlp2d, _mlp_2d, capsys=capsys)
 
 
+def test_mlp2d_passes_another_right_program(capsys):
+    """Review: the weights gathered first, einsum, relu written with where: right."""
+    def mlp(x, w1, w2):
+        w2g = jax.lax.all_gather(w2, "data", axis=1, tiled=True)
+        w1g = jax.lax.all_gather(w1, "data", axis=0, tiled=True)
+        h = jnp.einsum("bd,df->bf", jax.lax.all_gather(x, "model", axis=1, tiled=True), w1g)
+        return _scatter(jnp.einsum("bf,fd->bd", jnp.where(h > 0, h, 0.0), w2g))
+
+    passes(ex.check_mlp2d, mlp, capsys=capsys)
+
+
 @pytest.mark.parametrize("name", sorted(MLP_WRONG))
 def test_mlp2d_rejects_wrong_programs(name):
     wrong, words = MLP_WRONG[name]
