@@ -424,9 +424,9 @@ def test_the_ring_permutes_beside_the_attention_in_the_compiled_loop():
     args = [place(mesh, t, seq) for t in inputs("ring", 32, 2)]
     fn = context.program("ring", mesh, causal=True, layout="zigzag")
     (found,) = overlap(compiled.compile_for(fn, *args))
-    assert found.independent and found.permutes == 1
-    (back,) = overlap(split(fn, *args)[1])
-    assert back.independent and back.permutes == 2
+    assert found.independent and found.permutes == 1 and found.fed == 0
+    (back,) = overlap(split(fn, *args)[1])  # the next block, and the last trip's dK and dV
+    assert back.independent and back.permutes == 2 and back.waiting == back.fed == 0
 
     def serial(q, k, v):  # permute, then attend what arrived: the attention waits
         def trip(carry, _):
@@ -441,3 +441,14 @@ def test_the_ring_permutes_beside_the_attention_in_the_compiled_loop():
     program = jax.shard_map(serial, mesh=mesh, in_specs=(seq,) * 3, out_specs=seq)
     (waits,) = overlap(compiled.compile_for(program, *args))
     assert waits.waiting > 0 and not waits.independent
+
+    def sends_late(q, k, v):  # attend, then send what it computed: the permute waits
+        def trip(o, _):
+            o = context.block_attention(o, k, v)[0]  # the queries change every trip
+            return jax.lax.ppermute(o, "context", [(i, (i + 1) % 4) for i in range(4)]), None
+
+        return jax.lax.scan(trip, q, None, length=3)[0]
+
+    program = jax.shard_map(sends_late, mesh=mesh, in_specs=(seq,) * 3, out_specs=seq)
+    (fed,) = overlap(compiled.compile_for(program, *args))
+    assert fed.fed == 1 and fed.waiting == 0 and not fed.independent

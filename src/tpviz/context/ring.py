@@ -13,9 +13,13 @@ reads this from the compiled loop body). N - 1 permutes.
 Backward (``recompute``; the residuals are only q, k, v, the output o and the log-sum-exp lse):
 with D = rowsum(dO ∘ O), each step recomputes the block's probabilities P = exp(QKᵀ/√d - lse)
 and adds dQ += dS K/√d, where dS = P ∘ (dO Vᵀ - D); the block's dK = dSᵀ Q/√d and dV = Pᵀ dO are
-added to the gradients that travel with it. The keys and values go round again (N - 1 permutes,
-each issued before the step's work) and their gradients follow them (N permutes, the last one
-home): the backward sends (2N - 1)/(N - 1) times the forward's bytes. Autodiff of the forward
+added to the gradients that travel with it. The keys and values go round again (N - 1 permutes)
+and their gradients follow them (N permutes, the last one home): the backward sends
+(2N - 1)/(N - 1) times the forward's bytes. A step's gradients leave at the start of the next
+step, beside its matmuls, not at the end of their own (where the permute would wait for the
+matmuls that made them): every permute but the last is independent of the step's work. As in
+the forward pass, :func:`tpviz.context.loops.overlap` reads this from the compiled loop body.
+Autodiff of the forward
 instead (``recompute=False``) saves every block's probabilities: N blocks of scores, not one.
 
 Causal layouts: contiguous skips a block from a later device (``lax.cond``); zigzag (device i
@@ -169,7 +173,10 @@ def block_gradients(q, k, v, do, lse, delta, q_pos=None, k_pos=None):
     return dq, dk, dv
 
 
-def _gradient_step(q, kv, do, lse, delta, dq, dkv, src, me, n, layout, causal, own=False):
+def _gradient_step(q, kv, do, lse, delta, dq, src, me, n, layout, causal, own=False):
+    """``(dq, dkv)``: ``dq`` plus this block's share, and the block's own gradients ``dkv[2, B,
+    S/N, n_kv, d_h]`` (added to those that travel by the caller, outside any ``lax.cond``, so
+    that the matmuls do not wait for their arrival)."""
     c = q.shape[1]
     q_pos, k_pos = positions(me, n, c, layout), positions(src, n, c, layout)
 
@@ -182,32 +189,33 @@ def _gradient_step(q, kv, do, lse, delta, dq, dkv, src, me, n, layout, causal, o
             dkv = dkv.at[:, :, ks].add(jnp.stack([gk, gv]))
         return dq, dkv
 
-    return _branches(layout, causal, src, me, c, own, grads, dq, dkv)
+    return _branches(layout, causal, src, me, c, own, grads, dq, jnp.zeros_like(kv))
 
 
 def backward(q, k, v, o, lse, do, axis: str, causal: bool, layout: str):
-    """``(dq, dk, dv)`` by the ring again (inside ``shard_map``): see the module text."""
+    """``(dq, dk, dv)`` by the ring again (inside ``shard_map``): see the module text. Each trip
+    issues both of its permutes first, the next block and the gradients the previous trip
+    finished, and adds what arrives only after its matmuls: no permute waits for the trip's
+    matmuls, nor they for it (only the last permute, home, follows the work)."""
     n, me = jax.lax.axis_size(axis), jax.lax.axis_index(axis)
     delta = jnp.sum(do * o, axis=-1)  # D = rowsum(dO ∘ O): [B, S/N, n_h]
     kv = jnp.stack([k, v])
-    zero = (jnp.zeros_like(q), jnp.zeros_like(kv))
+    dq, dkv = _gradient_step(q, kv, do, lse, delta, jnp.zeros_like(q), me, me, n, layout,
+                             causal, True)  # dkv: the gradients of this device's block
     if n == 1:
-        dq, dkv = _gradient_step(q, kv, do, lse, delta, *zero, me, me, n, layout, causal, True)
         return dq, dkv[0], dkv[1]
     arriving = _permute(kv, axis, n)
-    dq, dkv = _gradient_step(q, kv, do, lse, delta, *zero, me, me, n, layout, causal, True)
-    dkv = _permute(dkv, axis, n)  # travels with its block
 
-    def trip(carry, s):  # s = 1 ... N-2
+    def trip(carry, s):  # s = 1 ... N-2; dkv: the gradients of block me - s + 1
         kv, dq, dkv = carry
-        arriving = _permute(kv, axis, n)
-        dq, dkv = _gradient_step(q, kv, do, lse, delta, dq, dkv, (me - s) % n, me, n, layout,
-                                 causal)
-        return (arriving, dq, _permute(dkv, axis, n)), None
+        arriving, dkv = _permute(kv, axis, n), _permute(dkv, axis, n)  # dkv: of block me - s
+        dq, own = _gradient_step(q, kv, do, lse, delta, dq, (me - s) % n, me, n, layout, causal)
+        return (arriving, dq, dkv + own), None
 
     (kv, dq, dkv), _ = jax.lax.scan(trip, (arriving, dq, dkv), jnp.arange(1, n - 1))
-    dq, dkv = _gradient_step(q, kv, do, lse, delta, dq, dkv, (me + 1) % n, me, n, layout, causal)
-    dkv = _permute(dkv, axis, n)  # the block of device me + 1: its gradients go home
+    dkv = _permute(dkv, axis, n)  # the gradients of block me + 1, beside its last step
+    dq, own = _gradient_step(q, kv, do, lse, delta, dq, (me + 1) % n, me, n, layout, causal)
+    dkv = _permute(dkv + own, axis, n)  # the block of device me + 1: its gradients go home
     return dq, dkv[0], dkv[1]
 
 
