@@ -142,15 +142,47 @@ def test_causal_imbalance_from_flops():
     contiguous = balance.flops_per_device(64, 2, 4, "contiguous")
     zigzag = balance.flops_per_device(64, 2, 4, "zigzag")
     striped = balance.flops_per_device(64, 2, 4, "striped")
-    work = context.causal_work(4, "contiguous")  # 4, 8, 12, 16 chunk pairs
+    work = context.causal_work(4, "contiguous", tiles=2)  # 3, 7, 11, 15 quarter blocks
     assert contiguous == sorted(contiguous)
-    # the matmuls dominate: FLOPs grow as the blocks computed, 1 : 2 : 3 : 4
+    # the matmuls dominate: FLOPs grow as the tiles computed
     assert np.allclose(np.asarray(contiguous) / contiguous[0], np.asarray(work) / work[0],
                        rtol=0.05)
     assert balance.imbalance(contiguous) > 1.5 and balance.imbalance(zigzag) < 1.05
     assert balance.imbalance(striped) < 1.05
-    # striped at two tiles per block: 3N pairs against zigzag's 2N + 2 (12 against 10)
-    assert np.mean(striped) / np.mean(zigzag) == pytest.approx(12 / 10, rel=0.08)
+    # two tiles per block: striped 3N quarter blocks against zigzag's 2N + 1 (12 against 9)
+    assert np.mean(striped) / np.mean(zigzag) == pytest.approx(12 / 9, rel=0.05)
+
+
+def _tiles_by_mask(layout: str, n: int, t: int, c: int = 12) -> list[int]:
+    """Tiles with at least one visible (query, key) pair, counted from the causal mask."""
+    def where(i):  # the positions device i holds
+        if layout == "striped":
+            return i + n * np.arange(c)
+        if layout == "zigzag":
+            h = c // 2
+            return np.concatenate([i * h + np.arange(h), (2 * n - 1 - i) * h + np.arange(h)])
+        return i * c + np.arange(c)
+
+    w, counts = c // t, []
+    for me in range(n):
+        mask = [where(j)[None, :] <= where(me)[:, None] for j in range(n)]
+        counts.append(sum(m[a * w:(a + 1) * w, b * w:(b + 1) * w].any()
+                          for m in mask for a in range(t) for b in range(t)))
+    return counts
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+@pytest.mark.parametrize("t", [1, 2, 4, 6])
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag", "striped"])
+def test_causal_work_counts_the_tiles_the_mask_leaves(layout, t, n):
+    assert context.causal_work(n, layout, tiles=t) == _tiles_by_mask(layout, n, t)
+
+
+def test_causal_work_whole_blocks_and_odd_zigzag_tiles():
+    assert context.causal_work(8, "contiguous") == list(range(1, 9))  # blocks 0 ... i
+    assert context.causal_work(8, "zigzag") == context.causal_work(8, "striped") == [8] * 8
+    with pytest.raises(ArgumentError, match="tiles = 3 is odd"):
+        context.causal_work(8, "zigzag", tiles=3)
 
 
 @pytest.mark.parametrize(("args", "error", "words"), [

@@ -19,13 +19,15 @@ and their gradients follow them (N permutes, the last one home): the backward se
 step, beside its matmuls, not at the end of their own (where the permute would wait for the
 matmuls that made them): every permute but the last is independent of the step's work. As in
 the forward pass, :func:`tpviz.context.loops.overlap` reads this from the compiled loop body.
-Autodiff of the forward
-instead (``recompute=False``) saves every block's probabilities: N blocks of scores, not one.
+Autodiff of the forward instead (``recompute=False``) saves every block's probabilities: N
+blocks of scores, not one.
 
-Causal layouts: contiguous skips a block from a later device (``lax.cond``); zigzag (device i
-holds chunks i and 2N-1-i of 2N) works on half a block each step after its own; striped
-(token t on device t mod N) skips the early half of its queries against the late half of
-each block's keys, every step: 3 of 4 quarter blocks, on every device.
+Causal layouts, computed as a kernel with two tiles per block would (a quarter block the mask
+hides entirely is skipped, one it cuts is computed in full): on its own block every layout
+skips its early queries against its late keys (3 of 4 quarters); after it, contiguous skips a
+block from a later device (``lax.cond``), zigzag (device i holds chunks i and 2N-1-i of 2N)
+works on half a block each step, and striped (token t on device t mod N) skips the early half
+of its queries against the late half of each block's keys, every step: 3 of 4 quarters.
 """
 
 from __future__ import annotations
@@ -84,10 +86,8 @@ def pairs(layout: str, causal: bool, src, me, c: int, own: bool = False):
     h, whole = c // 2, slice(0, c)
     if not causal:
         return [(whole, whole)]
-    if layout == "striped":
+    if layout == "striped" or own:  # the early queries never see the late keys
         return [(slice(0, h), slice(0, h)), (slice(h, c), whole)]
-    if own:
-        return [(whole, whole)]
     if layout == "zigzag":
         return [(whole, slice(0, h))] if src < me else [(slice(h, c), whole)]
     return [(whole, whole)] if src < me else None
