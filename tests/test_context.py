@@ -402,6 +402,17 @@ def test_usp_prices_its_ring_across_nodes_and_its_all_to_alls_inside():
     assert usp.sent_bytes < ring.sent_bytes and usp.memory > ring.memory
 
 
+def test_usp_with_one_axis_of_one_is_the_other_scheme():
+    """usp with u = N is Ulysses (no ring) and with u = 1 the ring (no all-to-all): the same
+    bytes and the same activations."""
+    args = (8192, 32, 4096, 8)
+    for u, other in ((8, "ulysses"), (1, "ring")):
+        usp, alone = compare.layer("usp", *args, ulysses=u), compare.layer(other, *args)
+        assert usp.sent_bytes == alone.sent_bytes and usp.memory == alone.memory
+    between = compare.memory("usp", *args, ulysses=2)
+    assert compare.memory("ring", *args) < between < compare.memory("ulysses", *args)
+
+
 @pytest.mark.slow
 def test_memory_formula_beside_the_compiled_temporaries():
     for scheme in context.SCHEMES:
