@@ -13,7 +13,8 @@ from tpviz.errors import ArgumentError, CheckFailed, ShardingError
 @pytest.mark.parametrize(("scheme", "causal"), [("sequence", False), ("sequence", True),
                                                 ("ring", False), ("ring", True),
                                                 ("ulysses", False), ("ulysses", True),
-                                                ("allgather", True), ("usp", True)])
+                                                ("allgather", False), ("allgather", True),
+                                                ("usp", False), ("usp", True)])
 @pytest.mark.slow
 def test_check_equals_full_attention_and_the_plan(scheme, causal):
     found = context.check(scheme, 32, 8, devices=4, causal=causal,
