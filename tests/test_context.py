@@ -91,7 +91,8 @@ def test_plan_bytes_from_the_formulas():
                                                            (16, 4, 16)])
 def test_ulysses_against_the_ring_with_grouped_query_attention(heads, kv_heads, devices):
     """Ring: (N-1)·2g·(S/N)·H·b; Ulysses: (N-1)/N·(S/N)·H·b·(2 + 2g): the ratio is gN/(1 + g),
-    N/2 without GQA and 8/9 at g = 1/8, N = 8 (Ulysses then sends more)."""
+    N/2 without GQA and 8/9 at g = 1/8, N = 8 (Ulysses then sends more), in the forward pass;
+    over both passes (3N - 2)gN/(2(N - 1)(1 + g)): 1.4 at g = 1/8, N = 8."""
     s, h, g, n = 8192, heads * 128, kv_heads / heads, devices
     if heads % n or kv_heads % n:
         with pytest.raises(ShardingError, match="do not split"):
@@ -101,6 +102,11 @@ def test_ulysses_against_the_ring_with_grouped_query_attention(heads, kv_heads, 
     uly = context.plan("ulysses", s, heads, h, n, kv_heads=kv_heads).sent_bytes()
     assert ring / uly == pytest.approx(g * n / (1 + g))
     assert ring == pytest.approx((n - 1) * 2 * g * s / n * h * 4)
+    # forward and backward: the ring's 3N - 2 permutes (Liu et al.) against 8 all-to-alls
+    both = {scheme: context.plan(scheme, s, heads, h, n, kv_heads=kv_heads,
+                                 training=True).sent_bytes() for scheme in ("ring", "ulysses")}
+    assert both["ring"] / both["ulysses"] == pytest.approx(
+        (3 * n - 2) * g * n / (2 * (n - 1) * (1 + g)))
 
 
 def test_ring_backward_sends_twice_the_forward():

@@ -21,7 +21,8 @@ usp        Ulysses over u devices (4 all-to-alls) and     Ulysses' over u plus t
 ========== ============================================ ===========================================
 
 So Ulysses sends φN/(1 + φ) times fewer bytes than the ring: N/2 without grouped-query attention,
-but 0.89 at φ = 1/8 and N = 8 (the ring then sends fewer).
+but 0.89 at φ = 1/8 and N = 8 (the ring then sends fewer). That is the forward pass; with the
+backward below (the ring's recomputing one) it is (3N - 2)φN / (2(N - 1)(1 + φ)): 1.4 there.
 
 The backward pass (``training``) holds the transposes: a reduce-scatter and an all-gather
 (sequence; with ``regather``, Megatron's extra all-gather of the stored input shard), 4
