@@ -5,7 +5,7 @@ import pytest
 from checking import fails, passes, stub
 
 import tpviz.exercises as ex
-from tpviz.asyncpipe import explore, formulas
+from tpviz.asyncpipe import explore, formulas, spread
 from tpviz.asyncpipe import stale as train
 from tpviz.core import live
 
@@ -63,35 +63,69 @@ def train_two_bw(w0, grad, lr, steps):  # the chapter's solution of Exercise 8.4
 
 @pytest.fixture(scope="module")
 def runs():
-    return train.train(steps=200)
+    return train.train(steps=300, seeds=(0, 1))
 
 
-def test_staleness_runs_are_deterministic_and_in_order(runs):
+def test_staleness_runs_hold_the_chapters_claims_in_every_seed(runs):
+    # the claims chapter 8 asserts; they held over seeds 0-9 in all three environments
     small, large = runs[0.05], runs[0.2]
     for curves in (small, large):
-        assert all(np.isfinite(c.losses).all() for c in curves.values())
-    # small steps: staleness costs little (each run within 2x of its synchronous counterpart)
-    sync, flush = small["synchronous"].final, small["synchronous, 4 per update"].final
-    for label in ("PipeDream", "AMPNet = PipeMare, no fixes", "PipeMare + both fixes"):
-        assert sync < small[label].final < 2 * sync, label
-    assert flush < small["2BW"].final < 2 * flush
+        assert all(np.isfinite(c.losses).all() and c.losses.shape == (2, 300)
+                   for c in curves.values())
+    stale_runs = [k for k in large if "synchronous" not in k]
+    # small steps: staleness costs little, against the synchronous run of the same rhythm
+    for label in stale_runs:
+        assert (spread.ratios(small, label) < 2).all(), label
+    assert spread.reference("2BW") == "synchronous, 4 per update"
     # large steps: the synchronous runs still learn, every stale one is far behind
-    assert large["synchronous"].final < 0.2 and large["synchronous, 4 per update"].final < 0.2
-    for label in ("PipeDream", "2BW", "AMPNet = PipeMare, no fixes", "PipeMare + both fixes",
-                  "PipeMare + LR rescheduling"):
-        assert large[label].final > 3 * large["synchronous"].final, label
-    # stashing beats no stash; 2BW (one update behind, with momentum) is the worst here
-    assert large["PipeDream"].final < large["AMPNet = PipeMare, no fixes"].final
-    assert large["2BW"].final == max(c.final for c in large.values())
+    assert (large["synchronous"].finals < 0.25).all()
+    assert (large["synchronous, 4 per update"].finals < 0.25).all()
+    for label in stale_runs:
+        assert (spread.ratios(large, label) > 2.5).all(), label
+    assert spread.diverges(large["2BW"]).all()
+    assert not spread.diverges(large["synchronous"]).any()
 
 
-@pytest.mark.slow
-def test_a_run_alone_repeats_its_curve(runs):
-    # seeded: the same run alone gives the same curve (to float32 rounding of the batched
-    # matmuls)
-    again = train.train(labels=("PipeDream",), steps=200, lrs=(0.2,))
-    np.testing.assert_allclose(again[0.2]["PipeDream"].losses, runs[0.2]["PipeDream"].losses,
-                               rtol=1e-4)
+def test_a_run_alone_repeats_its_curve_bit_for_bit(runs):
+    # the run of seed 1 does not depend on what else the call trains: other labels, other
+    # learning rates, other seeds
+    again = train.train(labels=("PipeDream",), steps=300, lrs=(0.2,), seeds=(1,))
+    np.testing.assert_array_equal(again[0.2]["PipeDream"].losses[0],
+                                  runs[0.2]["PipeDream"].seed(1))
+    pair = train.train(labels=("2BW", "synchronous"), steps=300, lrs=(0.2, 0.05),
+                       seeds=(1, 0))
+    np.testing.assert_array_equal(pair[0.2]["2BW"].seed(0), runs[0.2]["2BW"].seed(0))
+    # another seed is another run
+    assert not np.array_equal(runs[0.2]["PipeDream"].seed(0), runs[0.2]["PipeDream"].seed(1))
+
+
+def test_controlled_runs_read_newest_minus_their_delay():
+    fwd, bwd, per_update = train.versions(train.CONTROLS["delay 1 on the last stage only"], 6)
+    assert per_update == 1 and (fwd == bwd).all()
+    assert fwd.tolist() == [[0, 0, 0, 0], [1, 1, 1, 0], [2, 2, 2, 1], [3, 3, 3, 2],
+                            [4, 4, 4, 3], [5, 5, 5, 4]]
+    fwd, _, per_update = train.versions(train.CONTROLS["2BW, last stage fresh"], 12)
+    assert per_update == 4
+    assert list(fwd[9]) == [1, 1, 1, 2]  # batch 2 (microbatches 8-11): newest is W(2)
+    # 2BW's own versions are the same on its first three stages
+    two_bw, _, _ = train.versions("2bw", 12)
+    assert (two_bw[8:, :3] == fwd[8:, :3]).all()
+
+
+def test_spread_counts_and_ratios():
+    def curve(label, finals):
+        losses = np.repeat(np.asarray(finals, float)[:, None], 10, axis=1)
+        losses[:, 0] = 1.0
+        return train.Curve(label, tuple(range(len(finals))), losses, None, None)
+
+    curves = {"synchronous": curve("synchronous", [0.1, 0.2, 0.4]),
+              "PipeDream": curve("PipeDream", [0.3, 0.2, 2.0]),
+              "AMPNet = PipeMare, no fixes": curve("AMPNet", [0.5, 0.1, 0.4])}
+    np.testing.assert_allclose(spread.ratios(curves, "PipeDream"), [3, 1, 5])
+    assert spread.wins(curves, "PipeDream", "AMPNet = PipeMare, no fixes") == 1
+    assert spread.diverges(curves["PipeDream"]).tolist() == [False, False, True]
+    assert "0.300 - " not in spread.table({0.2: curves})
+    assert "1.00 - 5.00" in spread.table({0.2: curves})
 
 
 def test_live_figure_rows_are_the_plan():

@@ -117,7 +117,8 @@ def test_drawings_state_the_plan():
     words = " ".join(fig._suptitle.get_text().split())  # line breaks fit the column
     assert "W1[64, 64] and W2[64, 64] = 16,384 bytes (1/4 of the MLP)" in words
     # T = 64 tokens, H = 64, F = 256: each array's shape under its name
-    assert [" ".join(ax.get_title().split()) for ax in fig.axes] == [
+    (ax,) = fig.axes  # one Axes: the arrays are its panels, each titled above its blocks
+    assert [" ".join(t.get_text().split()) for t in ax.texts if "×" in t.get_text()] == [
         "In: all 64×64", "W1: columns 64×256", "Tmp = gelu(In W1) 64×256",
         "W2: rows 256×64", "Out: all-reduced 64×64"]
     assert "2 all-reduces forward (g), 2 backward (f)" in draw.timeline("block").axes[0].get_title(loc="left")

@@ -58,6 +58,72 @@ def test_fsdp_plan_is_zero_stage_3():
     assert fsdp_plan(816, 4, 3, True) == {"param_bytes": 816.0, "all-gather": 6,
                                          "reduce-scatter": 3}
     assert fsdp_plan(816, 4, 3, False)["all-gather"] == 3
+    assert fsdp_plan(816, 4, 3, True, param_bytes=8)["param_bytes"] == 816 * 8 / 4
+
+
+def test_bubble_is_the_share_of_time_outside_compute():
+    from tpviz.pytorch.plan import bubble
+    # taking turns: each rank computes half the time
+    assert bubble([[("F", 0, 0.0, 1.0)], [("F", 0, 1.0, 2.0)]]) == pytest.approx(0.5)
+    # both busy all the time
+    assert bubble([[("F", 0, 0.0, 2.0)], [("F", 0, 0.0, 2.0)]]) == pytest.approx(0.0)
+    # GPipe, 2 stages, 2 chunks of equal F = 1, B = 2: (p-1)/(m+p-1) = 1/3
+    r0 = [("F", 0, 0, 1), ("F", 1, 1, 2), ("B", 0, 5, 7), ("B", 1, 7, 9)]
+    r1 = [("F", 0, 1, 2), ("F", 1, 2, 3), ("B", 0, 3, 5), ("B", 1, 5, 7)]
+    assert bubble([r0, r1]) == pytest.approx(1 / 3)
+
+
+def test_gantt_draws_the_recorded_starts_and_ends():
+    from tpviz.pytorch import draw
+    spans = [[("F", 0, 10.000, 10.002), ("F", 1, 10.002, 10.007), ("B", 0, 10.011, 10.012)],
+             [("F", 0, 10.003, 10.004), ("B", 0, 10.004, 10.010)]]
+    fig = draw.gantt(spans)
+    (boxes,) = [c for c in fig.axes[0].collections]
+    drawn = sorted((round(p.vertices[:, 0].min(), 6), round(p.vertices[:, 0].max(), 6))
+                   for p in boxes.get_paths())
+    # in ms from the first start; each op its own length (not one length per kind)
+    assert drawn == sorted((round(1000 * (a - 10), 6), round(1000 * (b - 10), 6))
+                           for rank in spans for _, _, a, b in rank)
+
+
+def test_torch_orders_without_processes_match_tpviz():
+    from tpviz.pytorch.orders import torch_order
+    from tpviz.pytorch.plan import compare
+    # tpviz's schedules are the reference: these torch classes declare the very same orders
+    for name, p, m in (("ScheduleGPipe", 2, 3), ("ScheduleGPipe", 8, 16),
+                       ("ScheduleInterleaved1F1B", 2, 4), ("ScheduleInterleaved1F1B", 4, 12),
+                       ("ScheduleDualPipeV", 2, 4), ("ScheduleDualPipeV", 4, 16)):
+        c = compare(name, torch_order(name, p, m), m)
+        assert c.equal, (name, p, m, c.explanation)
+    # 1F1B's declared order is off on the last rank only (its own loop runs tpviz's 1F1B)
+    c = compare("Schedule1F1B", torch_order("Schedule1F1B", 4, 8), 8)
+    assert c.first_difference == (None, None, None, 0)
+    with pytest.raises(ArgumentError, match="DualPipeV requires at least"):
+        torch_order("ScheduleDualPipeV", 4, 6)
+    with pytest.raises(ArgumentError, match="torch_name"):
+        torch_order("ScheduleNope", 4, 8)
+
+
+def test_explore_schedules_shows_torch_against_tpviz():
+    from tpviz.core import live
+    from tpviz.pytorch import explore
+    bundle = explore.explore_schedules()._repr_mimebundle_()
+    assert 'data-name="render_schedules"' in bundle["text/html"]
+    same = explore.comparison_rows("ScheduleDualPipeV", 2, 8)
+    assert not any(r.get("d") for r in same) and "identical, op by op" in same[0]["note"]
+    zb = explore.comparison_rows("ScheduleInterleavedZeroBubble", 4, 8)
+    ops = [r for r in zb if "y" in r]
+    assert any(r["d"] for r in ops) and {r["l"][0] for r in ops if r["y"] % 2 == 0} == set("FBW")
+    # tpviz refuses m = 6 interleaved on 4 ranks; torch runs it: the message says both
+    with pytest.raises(ArgumentError, match="torch's ScheduleInterleaved1F1B runs"):
+        explore.plan("ScheduleInterleaved1F1B", 4, 6)
+    with pytest.raises(ArgumentError, match=r"explore_schedules\(ranks=9\)"):
+        explore.explore_schedules(ranks=9)
+    rows, ids = live.table(explore.LIVE)  # the page's figure is these plan-level rows
+    want = explore.comparison_rows("ScheduleZBVZeroBubble", 4, 8)
+    got = [{k: v for k, v in r.items() if k != "_id"} for r in rows
+           if r["_id"] == ids[live.key(["ScheduleZBVZeroBubble", 4, 8])]]
+    assert got == want
 
 
 # ---- runs on gloo processes (one launch each) ----------------------------------------------
@@ -69,13 +135,19 @@ def check():
 
 
 def test_seed_runs_equal_one_process(check):
-    rep = check.seed()
+    rep = check.seed(sweep=dict(sizes=(64, 8, 4), repeats=5))
     assert max(rep.errors.values()) < 1e-5
     spans = rep.results["spans"]
     for i, (_, chunk, _, end) in enumerate(s for s in spans[0] if s[0] == "F"):
         start = next(s[2] for s in spans[1] if s[:2] == ("F", chunk))
         assert start >= end  # rank 1 works on chunk i only after rank 0 finished it
         assert chunk == i
+    rows = rep.results["sweep"]
+    assert set(rows) == {"one process", 64, 8, 4}
+    assert all(len(r["wall"]) == 5 for r in rows.values())
+    # one chunk: the ranks take turns (causality); 16 chunks: more work than one, every time
+    assert (rows[64]["bubble"] >= 0.5).all()
+    assert (rows[4]["cpu"] > rows[64]["cpu"]).all()
 
 
 @pytest.mark.slow
@@ -95,7 +167,7 @@ def test_every_schedule_equals_one_process_and_matches_tpviz(check):
 def test_fsdp_and_dtensor_match_the_plans(check):
     rep = check.sharding()
     assert max(rep.errors.values()) < 1e-5
-    assert rep.results["fsdp True"]["bytes"] == [816] * 4  # 3 * 272 * 4 bytes / 4 ranks
+    assert rep.results["fsdp True"]["bytes"] == [1632] * 4  # 3 * 272 * 8 bytes / 4 ranks
     assert rep.results["fsdp True"]["collectives"] == {"all-gather": 6, "reduce-scatter": 3}
     assert rep.results["megatron"] == {"forward": {"all-reduce": 1},
                                        "backward": {"all-reduce": 1}}

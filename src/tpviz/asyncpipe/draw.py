@@ -87,13 +87,18 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
 
 
 def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figure:
-    """Loss of the current weights after every step, one line per run (log scale)."""
+    """Loss of the current weights after every step, one colour per run (log scale): the
+    median over the seeds as a line, the band from the lowest to the highest seed shaded."""
     if ax is None:
         fig = column_figure(3.6, layout="constrained")
         ax = fig.subplots()
     colours = palette(len(curves))
     for (label, c), colour in zip(curves.items(), colours, strict=True):
-        ax.plot(c.losses, color=colour, label=label, linewidth=1.3)
+        steps = np.arange(c.losses.shape[1])
+        if len(c.seeds) > 1:
+            ax.fill_between(steps, c.losses.min(axis=0), c.losses.max(axis=0), color=colour,
+                            alpha=0.2, linewidth=0)
+        ax.plot(steps, np.median(c.losses, axis=0), color=colour, label=label, linewidth=1.3)
     ax.set_yscale("log")
     ax.set_xlabel("step (one microbatch)", fontsize=SMALL_PT)
     ax.set_ylabel("loss on a fixed batch", fontsize=SMALL_PT)
@@ -104,13 +109,16 @@ def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figur
     return ax.figure
 
 
-def curves_side_by_side(results: dict) -> Figure:
+def curves_side_by_side(results: dict, title: str = "") -> Figure:
     """One panel per learning rate of :func:`tpviz.asyncpipe.stale.train`'s result, side by
-    side, and one legend below them."""
+    side (median over seeds, min-max band), and one legend below them."""
     fig = column_figure(4.6, layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(results), sharey=True))
+    seeds = len(next(iter(next(iter(results.values())).values())).seeds)
     for ax, (lr, curves) in zip(axes, results.items(), strict=True):
         losses(curves, ax, f"learning rate {lr}", legend=False)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=SMALL_PT)
+    fig.suptitle(title or f"median of {seeds} seeds; shaded: lowest to highest seed",
+                 fontsize=SMALL_PT)
     return fig

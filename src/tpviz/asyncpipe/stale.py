@@ -17,6 +17,13 @@ estimate of the weights its forward read.
 The optimizer is SGD with momentum. The task: regress the output of a random "teacher" MLP of
 the same shape (so the loss can go to 0). The loss of the current weights on a fixed batch is
 recorded after every step.
+
+Every run is repeated over seeds (the start, the teacher and the data change with the seed),
+since one run of a chaotic training loop is an anecdote. Each run executes *alone*: one program,
+compiled once for one run, is called once per (learning rate, label, seed). Compiled together
+(a leading axis of runs), XLA picks other kernels for other batch sizes, the float32 rounding
+differs in the last bits, and the chaos amplifies that into different final losses; run alone,
+a run gives the same bits whatever else the call trains.
 """
 
 from __future__ import annotations
@@ -28,57 +35,41 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from tpviz.asyncpipe.runs import CONTROLS, RUNS, STAGES, tables, versions  # noqa: F401
 from tpviz.core import compiled, validate, verify
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ArgumentError, ArgumentTypeError, DeviceSetupError
-from tpviz.pipeline import schedule, simulate
 from tpviz.pipeline.run import init
 
 AXIS = "stage"
-STAGES = 4
-#: the runs of the chapter: label -> (schedule whose versions are read, PipeMare fixes)
-RUNS = {"synchronous": ("sync", ()), "synchronous, 4 per update": ("flush", ()),
-        "PipeDream": ("pipedream", ()), "2BW": ("2bw", ()),
-        "AMPNet = PipeMare, no fixes": ("ampnet", ()),
-        "PipeMare + LR rescheduling": ("pipemare", ("lr",)),
-        "PipeMare + both fixes": ("pipemare", ("lr", "predict"))}
 
 
 @dataclass(frozen=True)
 class Curve:
+    """One run (a label and a learning rate) over several seeds."""
+
     label: str
-    losses: np.ndarray  # loss of the current weights on the fixed batch, after every step
+    seeds: tuple[int, ...]
+    losses: np.ndarray  # [seeds, steps]: loss of the current weights on the fixed batch
     forward_lag: np.ndarray  # [steps, stages]: updates between the newest and the forward's
     backward_lag: np.ndarray  # [steps, stages]: the same for the backward
 
     @property
-    def final(self) -> float:
-        """Mean loss of the last tenth of the steps."""
-        tail = max(1, len(self.losses) // 10)
-        return float(np.mean(self.losses[-tail:]))
+    def finals(self) -> np.ndarray:
+        """Per seed: the mean loss of the last tenth of the steps."""
+        tail = max(1, self.losses.shape[1] // 10)
+        return self.losses[:, -tail:].mean(axis=1)
+
+    def seed(self, seed: int) -> np.ndarray:
+        """The loss curve of one seed."""
+        return self.losses[self.seeds.index(seed)]
 
 
 class Runs(dict):
-    """``{lr: {label: Curve}}``, and ``program``: the compiled program that trained them all
+    """``{lr: {label: Curve}}``, and ``program``: the compiled program that trained each run
     (for :func:`tpviz.core.compiled.collectives` and ``memory``)."""
 
     program: object = None
-
-
-def versions(name: str, steps: int, stages: int = STAGES) -> tuple[np.ndarray, np.ndarray, int]:
-    """(forward version, backward version) of every (step, stage), and microbatches per update,
-    read off the simulated timeline of schedule ``name`` ("sync": the newest version, one
-    update per microbatch; "flush": the newest, one update per p microbatches)."""
-    if name in ("sync", "flush"):  # flush: GPipe / 1F1B steps of m = p microbatches
-        per_update = stages if name == "flush" else 1
-        newest = np.repeat(np.arange(steps)[:, None] // per_update, stages, axis=1)
-        return newest, newest, per_update
-    t = simulate(schedule(name, stages, steps), 1.0, 2.0)
-    fwd, bwd = np.zeros((steps, stages), int), np.zeros((steps, stages), int)
-    for d in range(stages):
-        for op, v in zip(t.schedule.ops[d], t.versions[d], strict=True):
-            (fwd if op.kind == "F" else bwd)[op.microbatch, d] = v
-    return fwd, bwd, stages if name == "2bw" else 1
 
 
 def _program(mesh, stages: int, slots: int, beta: float, gamma: float):
@@ -167,18 +158,19 @@ def _program(mesh, stages: int, slots: int, beta: float, gamma: float):
 
 def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16,
           rows: int = 16, momentum: float = 0.9, warmup: int | None = None,
-          seed: int = 0, steep: float = 1.0) -> Runs:
-    """Train the 4-stage MLP once per label of :data:`RUNS` and learning rate (same data,
-    same start), all in one compiled program: ``{lr: {label: Curve}}`` (a :class:`Runs`,
-    whose ``program`` is that compiled program).
+          seeds=range(5), steep: float = 1.0) -> Runs:
+    """Train the 4-stage MLP once per label of :data:`RUNS` or :data:`CONTROLS`, learning
+    rate and seed (for one seed, every run has the same data and start): ``{lr: {label:
+    Curve}}`` (a :class:`Runs`, whose ``program`` is the compiled program). Each run executes
+    alone in the same program, so its curve does not depend on the other runs asked for.
 
     Raises:
         ArgumentError, ArgumentTypeError: an unknown or no label; steps outside 8..5000;
-            a learning rate, width, rows, momentum (0 <= beta < 1) that does not fit; more
-            work than a few seconds.
+            a learning rate, width, rows, momentum (0 <= beta < 1) or seed that does not fit;
+            more work than a few seconds.
         DeviceSetupError: fewer than 4 devices.
     """
-    labels, lrs = _names(labels), _rates(lrs)
+    labels, lrs, seeds = _names(labels), _rates(lrs), _seeds(seeds)
     steps = validate.integer("steps", steps, minimum=2 * STAGES, maximum=5000)
     width = validate.integer("width", width, maximum=256)
     rows = validate.integer("rows", rows, maximum=1024)
@@ -186,17 +178,37 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
     if momentum >= 1:
         raise ArgumentError(f"momentum must be below 1, got {momentum:g} (0.9 is usual).")
     steep = validate.number("steep", steep, positive=True)
-    seed = validate.integer("seed", seed, minimum=0)
     if warmup is not None:
         warmup = validate.integer("warmup", warmup, minimum=1)
-    validate.bounded("steps x runs x rows x width^2 (the work)",
-                     steps * len(labels) * len(lrs) * rows * width * width, 2e9,
-                     "Train fewer steps, runs or a narrower MLP.")
+    validate.bounded("steps x runs x seeds x rows x width^2 (the work)",
+                     steps * len(labels) * len(lrs) * len(seeds) * rows * width * width, 4e9,
+                     "Train fewer steps, runs or seeds, or a narrower MLP.")
     devices = chosen_devices()
     if len(devices) < STAGES:
         raise DeviceSetupError(f"the run needs {STAGES} devices, only {len(devices)}; call "
                                f"tpviz.setup_devices({STAGES}) in a fresh kernel.")
     mesh = make_mesh((STAGES,), (AXIS,), devices=devices[:STAGES])
+    warmup = steps // 4 if warmup is None else warmup
+    table = {(lr, label): tables(label, steps, lr, warmup) for lr in lrs for label in labels}
+    run = None
+    losses = {}
+    for seed in seeds:
+        data = _data(seed, steps, rows, width, steep)
+        for key, t in table.items():
+            args = (*data[:4], *(a[None] for a in t[:5]), *data[4:])
+            if run is None:
+                run = _compiled(mesh, momentum, args)
+            losses[key, seed] = verify.host(run(*args), np.float32)[0, 0]
+    out = Runs({lr: {} for lr in lrs})
+    out.program = run
+    for (lr, label), t in table.items():
+        out[lr][label] = Curve(label, seeds, np.stack([losses[(lr, label), s] for s in seeds]),
+                               t[5], t[6])
+    return out
+
+
+def _data(seed: int, steps: int, rows: int, width: int, steep: float):
+    """Seed ``seed``'s start (w0, b0), stream (xs and its targets) and fixed batch."""
     rng = np.random.default_rng(seed)
     teacher = init([width] * (STAGES + 1), seed=seed + 100)
 
@@ -210,12 +222,13 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
     params = init([width] * (STAGES + 1), seed=seed)
     w0 = np.stack([w for w, _ in params])
     b0 = np.stack([b for _, b in params])
+    return w0, b0, xs, targets(xs), x_eval, targets(x_eval)
+
+
+def _compiled(mesh, momentum: float, args):
+    """The program of one run, compiled for the shapes of ``args`` and placing host
+    arguments (several processes)."""
     program = _program(mesh, STAGES, STAGES + 2, momentum, 0.9)
-    warmup = steps // 4 if warmup is None else warmup
-    runs = [(lr, label) for lr in lrs for label in labels]
-    tables = [_tables(label, steps, lr, warmup) for lr, label in runs]
-    fwd, bwd, update, rate, lag = (np.stack([t[k] for t in tables]) for k in range(5))
-    args = (w0, b0, xs, targets(xs), fwd, bwd, update, rate, lag, x_eval, targets(x_eval))
     # host arguments: with several processes, compile for their shapes and place them on call
     shapes = args if jax.process_count() == 1 else tuple(
         jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
@@ -224,22 +237,27 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
         run = lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
     except Exception:  # a backend without the option
         run = lowered.compile()
-    losses = verify.host(compiled.placing(run)(*args), np.float32)[0]
-    out = Runs({lr: {} for lr in lrs})
-    out.program = run
-    for i, ((lr, label), t) in enumerate(zip(runs, tables, strict=True)):
-        out[lr][label] = Curve(label, losses[i], t[5], t[6])
-    return out
+    return compiled.placing(run)
 
 
 def _names(labels) -> tuple[str, ...]:
     if isinstance(labels, str) or not hasattr(labels, "__iter__"):
         raise ArgumentTypeError(f"labels must be a tuple of run names such as "
                                 f"('synchronous', 'PipeDream'), got {labels!r}.")
-    labels = tuple(validate.choice("labels[i]", x, RUNS) for x in labels)
+    labels = tuple(validate.choice("labels[i]", x, {**RUNS, **CONTROLS}) for x in labels)
     if not labels:
         raise ArgumentError(f"labels is empty; choose some of {list(RUNS)}.")
     return labels
+
+
+def _seeds(seeds) -> tuple[int, ...]:
+    if isinstance(seeds, str) or not hasattr(seeds, "__iter__"):
+        raise ArgumentTypeError(f"seeds must be a tuple of seeds such as range(5), got "
+                                f"{seeds!r}.")
+    seeds = tuple(validate.integer("seeds[i]", x, minimum=0) for x in seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ArgumentError(f"seeds must hold one or more different seeds, got {seeds}.")
+    return seeds
 
 
 def _rates(lrs) -> tuple[float, ...]:
@@ -250,21 +268,3 @@ def _rates(lrs) -> tuple[float, ...]:
     if not lrs or len(set(lrs)) != len(lrs):
         raise ArgumentError(f"lrs must hold one or more different learning rates, got {lrs}.")
     return lrs
-
-
-def _tables(label: str, steps: int, lr: float, warmup: int):
-    """Per (step, stage): forward and backward versions, microbatches per update at the steps
-    that update (else 0), learning rate, PipeMare's prediction lag; the two delays."""
-    name, fixes = RUNS[label]
-    fwd, bwd, per_update = versions(name, steps)
-    step = np.arange(steps)
-    newest = step // per_update
-    update = np.where((step + 1) % per_update == 0, per_update, 0).astype(np.int32)
-    tau = np.maximum(newest[:, None] - fwd, 0)  # the forward's delay, per stage
-    rate = np.full((steps, STAGES), lr)
-    if "lr" in fixes:
-        power = 1 - np.minimum(step / warmup, 1.0)
-        rate = lr * np.maximum(tau, 1) ** -power[:, None]
-    lag = bwd - fwd if "predict" in fixes else np.zeros_like(fwd)
-    return (fwd.astype(np.int32), bwd.astype(np.int32), update, rate.astype(np.float32),
-            lag.astype(np.float32), newest[:, None] - fwd, newest[:, None] - bwd)

@@ -20,6 +20,7 @@ from tpviz.core.exercises import (
     as_number,
     call,
     checker,
+    expect_bytes,
     expect_number,
     is_stub,
 )
@@ -45,7 +46,7 @@ def check_edge_bytes(sent: float) -> str:
                     "Ring all-gather: each device sends (n-1)/n · V.")
     if isinstance(sent, int | float) and math.isclose(sent, 2 * c.sent_bytes()):
         raise Wrong("that is an all-reduce's traffic; here nothing is summed, only gathered.")
-    expect_number(sent, c.sent_bytes(), what="bytes sent per device",
+    expect_bytes(sent, c.sent_bytes(), what="bytes sent per device",
                   hint="Which collective turns rows split over X into whole rows?")
     return f"An all-gather: {c.sent_bytes():,.0f} bytes per device."
 
@@ -178,7 +179,7 @@ def check_column_parallel_bytes(sent: float) -> str:
         raise Wrong("that all-reduces something of shape [B, F]; which result is a partial sum?")
     if isinstance(sent, int | float) and math.isclose(sent, v):
         raise Wrong("that is V, the array; a ring all-reduce sends 2 (n-1)/n · V per device.")
-    expect_number(sent, want, what="bytes per device", hint="One all-reduce of dIn [B, H].")
+    expect_bytes(sent, want, what="bytes per device", hint="One all-reduce of dIn [B, H].")
     return "One all-reduce of dIn: Megatron's f in the backward pass."
 
 

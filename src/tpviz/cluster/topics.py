@@ -134,22 +134,21 @@ def pipeline() -> dict:
 
 def asyncpipe() -> dict:
     """Chapter 8: the chapter's run, the 4-stage MLP trained 300 steps with each schedule's
-    weight versions at two learning rates (one program on 4 devices), and its assertions on
-    the final losses."""
-    from tpviz.asyncpipe import stale
+    weight versions at two learning rates (one program on 4 devices, called once per run; seed
+    0 of the chapter's five), and the chapter's assertions, which hold in every seed."""
+    from tpviz.asyncpipe import spread, stale
 
-    results = stale.train(steps=300, lrs=(0.05, 0.2))
+    results = stale.train(steps=300, lrs=(0.05, 0.2), seeds=(0,))
     small, large = results[0.05], results[0.2]
-    sync, ampnet = large["synchronous"].final, large["AMPNet = PipeMare, no fixes"].final
-    verify.require(max(small[k].final / small["synchronous"].final
-                       for k in ("PipeDream", "AMPNet = PipeMare, no fixes")) < 1.5,
-                   "at lr 0.05 stale weights should cost less than 1.5x the synchronous loss")
-    verify.require(all(c.final > 3 * sync for k, c in large.items() if "synchronous" not in k),
-                   "at lr 0.2 every stale run should end above 3x the synchronous loss")
-    verify.require(large["PipeDream"].final < ampnet, "PipeDream should beat AMPNet at lr 0.2")
-    verify.require(large["PipeMare + LR rescheduling"].final < ampnet,
-                   "PipeMare's LR rescheduling should beat AMPNet at lr 0.2")
-    return {"final loss": {str(lr): {k: c.final for k, c in curves.items()}
+    late = [k for k in large if "synchronous" not in k]
+    verify.require(all((spread.ratios(small, k) < 2).all() for k in late),
+                   "at lr 0.05 stale weights should cost less than 2x the synchronous loss")
+    verify.require(all((c.finals < 0.25).all() for k, c in large.items() if k not in late),
+                   "at lr 0.2 the synchronous runs should converge")
+    verify.require(all((spread.ratios(large, k) > 2.5).all() for k in late),
+                   "at lr 0.2 every stale run should end above 2.5x the synchronous loss")
+    verify.require(spread.diverges(large["2BW"]).all(), "2BW should diverge at lr 0.2")
+    return {"final loss": {str(lr): {k: float(c.finals[0]) for k, c in curves.items()}
                            for lr, curves in results.items()},
             "collectives": compiled.collectives(results.program),
             "memory": compiled.memory(results.program)}

@@ -17,6 +17,7 @@ from tpviz.core.exercises import (
     as_bool,
     as_number,
     checker,
+    expect_bytes,
     expect_number,
 )
 
@@ -65,7 +66,7 @@ def check_ring_bytes(answer) -> str:
                     "After the reduce-scatter comes an all-gather of the same size.")
     if answer == 2 * (RING_K - 1) * RING_V:
         raise Wrong("that sends the whole array at every step.", "Each step moves one chunk, V/K.")
-    expect_number(answer, p.bytes_per_device, rel=1e-9,
+    expect_bytes(answer, p.bytes_per_device,
                   hint="Count the steps, and the bytes of one chunk.")
     return f"2(K−1)/K · V = {p.bytes_per_device / 1e6:,.0f} MB, the lower bound."
 

@@ -42,7 +42,7 @@ def palette(n: int) -> list:
     """``n`` distinguishable colours, colour-blind safe."""
     if n <= len(OKABE_ITO):
         return list(OKABE_ITO[:n])
-    return [plt.get_cmap("cividis")(v) for v in np.linspace(0.05, 0.95, n)]
+    return [tuple(c) for c in plt.get_cmap("cividis")(np.linspace(0.05, 0.95, n)).tolist()]
 
 
 def luminance(colour) -> float:
@@ -63,7 +63,7 @@ def text_colour(colour) -> str:
     return "black" if contrast(colour, "black") >= contrast(colour, "white") else "white"
 
 
-def _device_label(devices: Sequence[int]) -> str:
+def device_label(devices: Sequence[int]) -> str:
     if len(devices) <= 4:
         return "\n".join(f"D{d}" for d in devices)
     return f"D{devices[0]}, D{devices[1]}, …\n({len(devices)} devices)"
@@ -92,7 +92,7 @@ def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...]
         ax.add_patch(plt.Rectangle((cs.start, rs.start), cs.stop - cs.start, rs.stop - rs.start,
                                    facecolor=colour, edgecolor="white", linewidth=2))
         if labels and len(blocks) <= 16:  # more would not fit at a legible size
-            ax.text((cs.start + cs.stop) / 2, (rs.start + rs.stop) / 2, _device_label(devices),
+            ax.text((cs.start + cs.stop) / 2, (rs.start + rs.stop) / 2, device_label(devices),
                     ha="center", va="center", fontsize=SMALL_PT, color=text_colour(colour))
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)

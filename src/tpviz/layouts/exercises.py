@@ -14,7 +14,7 @@ from tpviz.core.exercises import (
     as_number,
     checker,
     expect_array,
-    expect_number,
+    expect_bytes,
     is_stub,
 )
 from tpviz.core.notation import axes_of, parse
@@ -36,7 +36,7 @@ def check_bytes_per_device(answer) -> str:
     if answer == 4096 * 8192 * 2:
         raise Wrong(f"{answer:,} bytes is the whole array.",
                     "Rows are split over X (2 ways) and columns over Y (4 ways).")
-    expect_number(answer, expected, what="your answer",
+    expect_bytes(answer, expected, what="your answer",
                   hint="Divide each dimension by the size of its mesh axes, then multiply by "
                        "2 bytes per bf16 element.")
     return f"Each device holds a [2048, 2048] block: {expected:,} bytes."
@@ -200,7 +200,7 @@ def check_fit_layout(in_notation, w_notation, bytes_per_device) -> str:
         if name == "In" and tuple(axes_of(spec[0] if len(spec) else None)) != ("X",):
             raise Wrong(f"{text} does not split the batch (the rows of In) over X alone.",
                         "Data parallelism over X: the rows of In go over X and over no other axis.")
-    expect_number(bytes_per_device, held, what="your bytes per device",
+    expect_bytes(bytes_per_device, held, what="your bytes per device",
                   hint="For each array: its block's elements (each dimension divided by the "
                        "sizes of its mesh axes) × 2 bytes; then add the two.")
     if held > FIT_BUDGET:

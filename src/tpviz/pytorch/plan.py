@@ -187,6 +187,17 @@ def _first_difference(a, b) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+# ---- measured timelines -----------------------------------------------------------------
+
+def bubble(spans: list[list[tuple]]) -> float:
+    """1 - busy / (ranks x makespan) from the recorded ``(kind, chunk, start, end)`` of every
+    rank's ops: the share of the processes' time outside compute (waiting, or sending)."""
+    t0 = min(s[2] for rank in spans for s in rank)
+    t1 = max(s[3] for rank in spans for s in rank)
+    busy = sum(s[3] - s[2] for rank in spans for s in rank)
+    return 1 - busy / (len(spans) * (t1 - t0))
+
+
 # ---- FSDP2 and ZeRO ---------------------------------------------------------------------
 
 #: FSDP2's options, and the ZeRO stage each gives (Rajbhandari et al.; torch's fully_shard)
@@ -198,7 +209,8 @@ FSDP_TO_ZERO = (
      "state sharded"),
     ("fully_shard(reshard_after_forward=k) (an int)", "ZeRO++'s hpZ: reshard to a smaller "
      "group of k ranks after forward, so the backward all-gather stays inside it"),
-    ("DDP (no fully_shard)", "ZeRO-0: plain data parallelism, one all-reduce of gradients"),
+    ("DDP (no fully_shard)", "ZeRO-0: plain data parallelism; the gradients all-reduced "
+     "bucket by bucket (one all-reduce per 25 MiB bucket, the first 1 MiB) during the backward"),
 )
 
 

@@ -3,8 +3,8 @@ through :mod:`tpviz.pytorch.workers`), each with its one-process reference.
 
 - :func:`toy_split`: the seed lecture's ``ToyModel`` split over 2 processes (naive model
   parallelism: the activation sent forward, its gradient sent back);
-- :func:`split_size_pipeline`: the PyTorch tutorial's ``split_size`` pipeline on 2 processes,
-  with every op's start and end time;
+- :func:`seed_all`: the ToyModel and the PyTorch tutorial's ``split_size`` pipeline
+  (:mod:`tpviz.pytorch.split`) in one launch of 2 processes;
 - :func:`pipelining`: ``torch.distributed.pipelining`` with each schedule on the same MLP: the
   loss, every gradient, torch's ``pipeline_order`` and the order the stages really ran.
 
@@ -13,7 +13,6 @@ Results are plain numbers and NumPy arrays (they cross process boundaries by pic
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
@@ -69,68 +68,6 @@ def toy_split(rank: int, world: int, seed: int = 0) -> dict[str, np.ndarray]:
     dist.send(h.grad, dst=0)
     return {"out": out.detach().numpy(), "loss": loss.item(),
             **{n: p.grad.numpy() for n, p in net.named_parameters() if n.startswith("2.")}}
-
-
-# ---- the tutorial's split_size pipeline, on 2 processes ---------------------------------
-
-def split_size_pipeline(rank: int, world: int, split_size: int = 8, batch: int = 64,
-                        width: int = 384, seed: int = 0) -> dict:
-    """``ModelParallelResNet50``'s idea with an MLP: the batch goes in chunks of
-    ``split_size``; rank 0 runs the first half on chunk i+1 while rank 1 runs the second half on
-    chunk i. The backward goes back chunk by chunk (GPipe's order). Returns each op as
-    ``(kind, chunk, start, end)`` (``time.perf_counter``: one clock for all processes), this
-    rank's gradients and (rank 1) the loss."""
-    torch.manual_seed(seed)
-    net = nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(width, width), nn.Tanh())))
-    g = torch.Generator().manual_seed(seed + 1)
-    x, y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
-    half = net[:4] if rank == 0 else net[4:]
-    chunks = batch // split_size
-    spans, saved, outs = [], [], []
-    dist.barrier()
-    for i in range(chunks):
-        if rank == 0:
-            t0 = time.perf_counter()
-            h = half(x[i * split_size:(i + 1) * split_size])
-            spans.append(("F", i, t0, time.perf_counter()))
-            dist.send(h.detach(), dst=1)
-        else:
-            h = torch.empty(split_size, width)
-            dist.recv(h, src=0)
-            h.requires_grad_(True)
-            t0 = time.perf_counter()
-            outs.append(half(h))
-            spans.append(("F", i, t0, time.perf_counter()))
-        saved.append(h)
-    loss = None
-    for i in range(chunks):
-        if rank == 1:
-            t0 = time.perf_counter()
-            part = nn.functional.mse_loss(outs[i], y[i * split_size:(i + 1) * split_size],
-                                          reduction="sum") / y.numel()
-            part.backward()
-            spans.append(("B", i, t0, time.perf_counter()))
-            loss = part.item() + (loss or 0.0)
-            dist.send(saved[i].grad, dst=0)
-        else:
-            grad = torch.empty_like(saved[i])
-            dist.recv(grad, src=1)
-            t0 = time.perf_counter()
-            saved[i].backward(grad)
-            spans.append(("B", i, t0, time.perf_counter()))
-    # a slice of nn.Sequential keeps the layers' names ("4.weight" is layer 4's)
-    return {"spans": spans, "loss": loss,
-            "grads": {n: p.grad.numpy() for n, p in half.named_parameters()}}
-
-
-def split_size_reference(batch: int = 64, width: int = 384, seed: int = 0) -> dict:
-    torch.manual_seed(seed)
-    net = nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(width, width), nn.Tanh())))
-    g = torch.Generator().manual_seed(seed + 1)
-    x, y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
-    loss = nn.functional.mse_loss(net(x), y)
-    loss.backward()
-    return {"loss": loss.item(), "grads": {n: p.grad.numpy() for n, p in net.named_parameters()}}
 
 
 # ---- torch.distributed.pipelining ---------------------------------------------------------
@@ -229,6 +166,10 @@ def _record(stage, index: int, ran: list) -> None:
     stage.backward_weight_one_chunk = weight
 
 
-def seed_all(rank: int, world: int, split_size: int = 8) -> dict:
-    """Both of the seed's runs in one launch of 2 processes (process start-up is the cost)."""
-    return {"toy": toy_split(rank, world), "split": split_size_pipeline(rank, world, split_size)}
+def seed_all(rank: int, world: int, sweep: dict | None = None) -> dict:
+    """The seed's runs in one launch of 2 processes (process start-up is the cost): the
+    ToyModel, and the tutorial's ``split_size`` pipeline timed at several ``split_size``
+    (:func:`tpviz.pytorch.split.sweep`; ``sweep``: its keyword arguments, None: its defaults)."""
+    from tpviz.pytorch import split
+
+    return {"toy": toy_split(rank, world), "sweep": split.sweep(rank, world, **(sweep or {}))}

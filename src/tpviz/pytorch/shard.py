@@ -34,23 +34,31 @@ def counts(mode) -> dict[str, int]:
 
 # ---- FSDP2 ---------------------------------------------------------------------------------
 
+#: the FSDP example's parameters: float64 (8 bytes), so that the bytes a rank holds, 8 Ψ / N,
+#: are not the parameter count Ψ itself (which 4-byte parameters on 4 ranks would give)
+FSDP_DTYPE = torch.float64
+
+
 def fsdp_model(seed: int = 0, units: int = 3, width: int = 16) -> nn.Sequential:
     torch.manual_seed(seed)
-    return nn.Sequential(*(nn.Linear(width, width) for _ in range(units)))
+    return nn.Sequential(*(nn.Linear(width, width) for _ in range(units))).to(FSDP_DTYPE)
 
 
 def fsdp_batch(seed: int = 0, size: int = 8, width: int = 16):
     g = torch.Generator().manual_seed(seed + 1)
-    return torch.randn(size, width, generator=g), torch.randn(size, width, generator=g)
+    return (torch.randn(size, width, generator=g, dtype=FSDP_DTYPE),
+            torch.randn(size, width, generator=g, dtype=FSDP_DTYPE))
 
 
 def fsdp_reference(seed: int = 0, units: int = 3) -> dict:
-    """One process, the whole batch: the loss and the gradients (and the parameter count)."""
+    """One process, the whole batch: the loss and the gradients (and the parameter count and
+    the bytes of one parameter)."""
     net = fsdp_model(seed, units)
     x, y = fsdp_batch(seed)
     loss = nn.functional.mse_loss(net(x), y)
     loss.backward()
     return {"loss": loss.item(), "params": sum(p.numel() for p in net.parameters()),
+            "param_bytes": next(net.parameters()).element_size(),
             "grads": {n: p.grad.numpy() for n, p in net.named_parameters()}}
 
 
