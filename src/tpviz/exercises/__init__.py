@@ -114,9 +114,11 @@ _HOMES = {
         "check_microbatches",
         "check_one_f_one_b",
         "check_pipeline_design",
+        "check_weight_versions",
+    ),
+    "tpviz.pipeline.builds": (
         "check_small_stash",
         "check_tick",
-        "check_weight_versions",
     ),
     "tpviz.pytorch.exercises": (
         "check_fsdp_bytes",
