@@ -296,11 +296,15 @@ def test_1f1b_needs_less_compiled_memory_and_the_stash_accounts_for_it(spmd_runs
 def test_check_pipeline_design(capsys):
     from tpviz.exercises import check_pipeline_design
 
-    # 7 / (v m + 7) <= 0.05 needs v m >= 133; v | 6 and m in {8, 16, 24, 32}: only v = 6 with
-    # m = 24 or 32; fewer sends m (v p - 1) at m = 24: 24 x 47.
-    _passes(check_pipeline_design, 24, 6, 24 * 47, capsys=capsys)
-    _fails(check_pipeline_design, 32, 6, 32 * 47, words="sends more than needed")
-    _fails(check_pipeline_design, 32, 3, 32 * 23, words="bubble of")  # 7 / 103 = 6.8 %
-    _fails(check_pipeline_design, 24, 6, 24 * 7, words="activation sends")  # m (p - 1)
+    # 7 / (v m + 7) <= 0.07 needs v m >= 93; v | 6, m in {8, 16, 24, 32}; sends m (8 v - 1)
+    # <= 800: (32, 3) with 736 and (16, 6) with 752; (24, 6) and (32, 6) send more
+    _passes(check_pipeline_design, 32, 3, 32 * 23, capsys=capsys)
+    _passes(check_pipeline_design, 16, 6, 16 * 47, capsys=capsys)
+    _fails(check_pipeline_design, 24, 6, 24 * 47, words="over 800")
+    _fails(check_pipeline_design, 24, 3, 24 * 23, words="bubble of 8.9")  # 7 / 79
+    _fails(check_pipeline_design, 16, 6, 16 * 7, words="sends between stages")  # m (p - 1)
+    _fails(check_pipeline_design, 16, 6, 700, words="activation sends")
     _fails(check_pipeline_design, 20, 6, 940, words="not allowed")
+    _fails(check_pipeline_design, 32, 4, 32 * 31, words="not allowed")
     _stub(check_pipeline_design, ..., 6, 1, capsys=capsys)
+

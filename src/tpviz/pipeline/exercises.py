@@ -145,31 +145,50 @@ def check_weight_versions(answer) -> str:
     return "Stage s keeps p - s versions; the last stage needs no stash."
 
 
-PIPELINE_DESIGN = {"stages": 8, "layers": 48, "most_microbatches": 32, "bubble": 0.05}
+PIPELINE_DESIGN = {"stages": 8, "layers": 48, "most_microbatches": 32, "bubble": 0.07,
+                   "sends": 800}
 
 
-@checker("Design: microbatches and chunks for a 5 % bubble")
+def design_options() -> list[tuple[int, int]]:
+    """Every admissible (m, v) of 7.8: m a multiple of p up to 32, v dividing the 6 layers of a
+    device, bubble (p−1)/(v·m+p−1) within the target and m(v·p−1) sends within the cap."""
+    d = PIPELINE_DESIGN
+    p, per_device = d["stages"], d["layers"] // d["stages"]
+    return [(m, v) for v in range(1, per_device + 1) if per_device % v == 0
+            for m in range(p, d["most_microbatches"] + 1, p)
+            if (p - 1) / (v * m + p - 1) <= d["bubble"] and m * (v * p - 1) <= d["sends"]]
+
+
+@checker("Design: microbatches and chunks for a bubble and a send budget")
 def check_pipeline_design(microbatches, chunks, sends) -> str:
     """p = 8 stages, 48 equal layers, at most 32 microbatches per step (a multiple of p for
-    interleaving), v chunks per device dividing the 6 layers a device holds, bubble at most 5 %
-    by (p−1)/(v·m+p−1): the (m, v) with the fewest activation sends, and that number of sends."""
+    interleaving), v chunks per device dividing the 6 layers a device holds: an (m, v) whose
+    bubble (p−1)/(v·m+p−1) is at most 7 % and whose activation sends per step, m(v·p−1),
+    are at most 800, with that number of sends. Several (m, v) are admissible."""
     m, v, sends = (as_integer(x, what) for x, what in (
         (microbatches, "microbatches"), (chunks, "chunks"), (sends, "sends")))
-    p, per_device = PIPELINE_DESIGN["stages"], PIPELINE_DESIGN["layers"] // 8
-    options = [(mm, vv) for vv in range(1, per_device + 1) if per_device % vv == 0
-               for mm in range(p, PIPELINE_DESIGN["most_microbatches"] + 1, p)
-               if (p - 1) / (vv * mm + p - 1) <= PIPELINE_DESIGN["bubble"]]
-    want = min(options, key=lambda o: o[0] * (o[1] * p - 1))
-    if m > PIPELINE_DESIGN["most_microbatches"] or m % p or per_device % v:
+    d = PIPELINE_DESIGN
+    p, per_device = d["stages"], d["layers"] // d["stages"]
+    if not (p <= m <= d["most_microbatches"]) or m % p or v < 1 or per_device % v:
         raise Wrong(f"(m, v) = ({m}, {v}) is not allowed.",
                     "m must be a multiple of 8 up to 32, and v must divide 6.")
-    if (p - 1) / (v * m + p - 1) > PIPELINE_DESIGN["bubble"]:
-        raise Wrong(f"(m, v) = ({m}, {v}) leaves a bubble of {(p - 1) / (v * m + p - 1):.1%}.",
-                    "Find the smallest v·m for a 5 % bubble first.")
-    if (m, v) != want:
-        raise Wrong(f"(m, v) = ({m}, {v}) meets the bubble target but sends more than needed.",
-                    "Sends per step grow with m(v·p−1): among the allowed pairs, which is "
-                    "smallest?")
-    expect_number(sends, want[0] * (want[1] * p - 1), what="the activation sends",
+    bubble = (p - 1) / (v * m + p - 1)
+    if bubble > d["bubble"]:
+        raise Wrong(f"(m, v) = ({m}, {v}) leaves a bubble of {bubble:.1%}, over 7 %.",
+                    "Which products v·m reach the bubble target?")
+    moved = m * (v * p - 1)
+    if sends == m * (p - 1) and v > 1:
+        raise Wrong(f"{sends} counts the sends between stages; with {v} chunks a microbatch "
+                    "crosses between devices at every chunk boundary.",
+                    "Count the chunk boundaries a microbatch crosses: v·p − 1.")
+    expect_number(sends, moved, what="your number of activation sends",
                   hint="Count the chunk boundaries a microbatch crosses between devices.")
-    return f"m = {want[0]}, v = {want[1]}: {sends} activation sends (and as many gradients back)."
+    if moved > d["sends"]:
+        raise Wrong(f"(m, v) = ({m}, {v}) meets the bubble target, but sends {moved} "
+                    "activations per step, over 800.",
+                    "Sends grow with m(v·p − 1): trade microbatches against chunks.")
+    others = [o for o in design_options() if o != (m, v)]
+    also = (" " + " and ".join(f"(m, v) = {o}" for o in others) + " would do too: more "
+            "microbatches each smaller, or more chunks and their sends." if others else "")
+    return (f"m = {m}, v = {v}: bubble {bubble:.1%}, {moved} activation sends per step (and as "
+            f"many gradients back).{also}")
