@@ -9,12 +9,14 @@ import importlib
 
 # module -> the checkers (and framework names) it defines
 _HOMES = {
-    "tpviz.asyncpipe.exercises": (
+    "tpviz.asyncpipe.builds": (
         "check_chimera",
+        "check_two_bw",
+    ),
+    "tpviz.asyncpipe.exercises": (
         "check_dualpipe_idle",
         "check_memory_cap",
         "check_staleness",
-        "check_two_bw",
         "check_weight_memory",
     ),
     "tpviz.autoshard.builds": (
