@@ -47,7 +47,8 @@ def check_weight_memory(pipedream, two_bw) -> str:
     return "36 against 16: 2BW's memory does not grow with the depth."
 
 
-MEMORY_CAP = {"stages": 8, "microbatches": 16, "weights": 1.0, "activations": 8}
+MEMORY_CAP = {"stages": 8, "microbatches": 16, "weights": 1.0, "activations": 8,
+              "bubble": 0.15}
 CANDIDATES = ("1f1b", "zb-h1", "chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev",
               "pipedream", "2bw")
 
@@ -66,10 +67,10 @@ def _fits(name: str):
 @checker("Design: a schedule under a memory cap")
 def check_memory_cap(name) -> str:
     """p = 8, m = 16, t_F = t_B = t_W: synchronous semantics, at most one stage's weights and
-    8 microbatches of full-stage activations per device: the schedule with the least bubble."""
+    8 microbatches of full-stage activations per device, and a bubble of at most 15 %. More
+    than one schedule meets all four; the check names the reason a schedule fails."""
     if not isinstance(name, str) or name not in CANDIDATES:
         raise Wrong(f"answer with one of the names {', '.join(CANDIDATES)}.")
-    best = min((n for n in CANDIDATES if _fits(n)[1]), key=lambda n: _fits(n)[0].bubble_fraction)
     t, _ = _fits(name)
     if max(t.staleness):
         raise Wrong(f"{name} is asynchronous: its gradients are stale, so it changes the "
@@ -80,10 +81,16 @@ def check_memory_cap(name) -> str:
     if max(t.peak_activations) / t.schedule.chunks > MEMORY_CAP["activations"]:
         raise Wrong(f"{name} holds up to {max(t.peak_activations) / t.schedule.chunks:g} "
                     "microbatches of activations on a device; the cap is 8.")
-    if name != best:
-        raise Wrong(f"{name} fits, with a bubble of {t.bubble_fraction:.1%}; another schedule "
-                    "that fits idles less.")
-    return f"{name}: bubble {t.bubble_fraction:.1%} within the cap."
+    if t.bubble_fraction > MEMORY_CAP["bubble"]:
+        raise Wrong(f"{name} fits the memory, but idles {t.bubble_fraction:.1%} of the time; "
+                    "the target is at most 15 %.", "Which schedules fill the bubble without "
+                    "holding more?")
+    others = [n for n in CANDIDATES if n != name and _fits(n)[1]
+              and _fits(n)[0].bubble_fraction <= MEMORY_CAP["bubble"]]
+    return (f"{name}: synchronous, one copy of the weights, at most "
+            f"{max(t.peak_activations) / t.schedule.chunks:g} microbatches held, bubble "
+            f"{t.bubble_fraction:.1%}." + (f" {', '.join(others)} would do too." if others
+                                             else ""))
 
 
 @checker("DualPipe's bubble against 1F1B's")
