@@ -156,7 +156,7 @@ def test_memory_cap_checker(capsys):
     passes(ex.check_memory_cap, "zb-h1", capsys=capsys)
     fails(ex.check_memory_cap, "dualpipe", words="weights")
     fails(ex.check_memory_cap, "zb-h2", words="activations")
-    fails(ex.check_memory_cap, "1f1b", words="idles 30.4 %")
+    fails(ex.check_memory_cap, "1f1b", words="idles 30.4%")
     fails(ex.check_memory_cap, "pipedream", words="asynchronous")
 
 
