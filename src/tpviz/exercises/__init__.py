@@ -109,13 +109,15 @@ _HOMES = {
         "check_step_shardings",
         "check_weights_held",
     ),
+    "tpviz.moe.builds": (
+        "check_combine",
+        "check_dispatch",
+    ),
     "tpviz.moe.exercises": (
         "check_all_to_all_bytes",
         "check_aux_loss",
         "check_capacity",
-        "check_combine",
         "check_design",
-        "check_dispatch",
         "check_dropped",
         "check_keep",
     ),
