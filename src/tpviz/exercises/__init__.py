@@ -141,12 +141,14 @@ _HOMES = {
         "check_schedule_design",
         "check_tp_plan",
     ),
+    "tpviz.together.builds": (
+        "check_grid_mlp",
+        "check_grid_reduce_scatter",
+    ),
     "tpviz.together.exercises": (
         "check_3d_bubble",
         "check_3d_design",
         "check_first_stage",
-        "check_grid_mlp",
-        "check_grid_reduce_scatter",
         "check_layer_activations",
         "check_selective_saving",
         "check_tensor_group",
