@@ -21,6 +21,7 @@ _HOMES = {
     ),
     "tpviz.autoshard.builds": (
         "check_megatron_shardings",
+        "check_rows_over_y",
     ),
     "tpviz.autoshard.exercises": (
         "check_column_parallel_bytes",
