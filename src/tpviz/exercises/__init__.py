@@ -134,13 +134,16 @@ _HOMES = {
         "check_small_stash",
         "check_tick",
     ),
+    "tpviz.pytorch.builds": (
+        "check_sp_plan",
+        "check_tp_plan",
+    ),
     "tpviz.pytorch.exercises": (
         "check_fsdp_bytes",
         "check_fsdp_collectives",
         "check_jax_to_torch",
         "check_pipeline_split",
         "check_schedule_design",
-        "check_tp_plan",
     ),
     "tpviz.together.builds": (
         "check_grid_mlp",
