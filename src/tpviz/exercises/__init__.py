@@ -41,12 +41,15 @@ _HOMES = {
         "check_same_as_big_batch",
         "check_server_seconds",
     ),
+    "tpviz.context.builds": (
+        "check_ring_step",
+        "check_ulysses",
+    ),
     "tpviz.context.exercises": (
         "check_causal_imbalance",
         "check_context_design",
         "check_online_combine",
         "check_ring_attention_bytes",
-        "check_ring_step",
         "check_ulysses_ratio",
     ),
     "tpviz.core.exercises": (
