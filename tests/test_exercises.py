@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tpviz
-from tpviz.core.exercises import Wrong, expect_array
+from tpviz.core.exercises import PENDING, Wrong, expect_array, shown
 from tpviz.exercises import checker
 
 ex = tpviz.exercises
@@ -29,6 +29,28 @@ def test_bytes_per_device(capsys):
     fails(ex.check_bytes_per_device, 2048 * 2048 * 4, words="4 bytes per element")
     fails(ex.check_bytes_per_device, 1024 * 1024 * 2, words="not right")
     fails(ex.check_bytes_per_device, "lots", words="should be a number")
+
+
+def test_whole_numbers_read_without_a_decimal_point():
+    """4096 / 2 * 8192 / 4 is the float 4194304.0: the message says 4,194,304 (not .0)."""
+    said = fails(ex.check_bytes_per_device, 4096 / 2 * 8192 / 4, words="elements per device")
+    assert "4,194,304 is the number" in said
+    said = fails(ex.check_bytes_per_device, np.float32(1024 * 1024 * 2), words="not right")
+    assert "2,097,152, which is not right" in said
+    assert [shown(x) for x in (3.0, 1234567.0, 0.125, 1234567.5, 2.5e-7)] == [
+        "3", "1,234,567", "0.125", "1,234,567.50", "2.5e-07"]
+
+
+def test_every_mark_a_check_prints_is_in_a_plain_text_font():
+    """✓, ✗ and the not-attempted mark render without an emoji font (⏳ did not: an empty box).
+    DejaVu Sans, which matplotlib ships and most Linux desktops use, must have each."""
+    from matplotlib import font_manager, ft2font
+
+    font = font_manager.findfont("DejaVu Sans", fallback_to_default=False)
+    glyphs = ft2font.FT2Font(font).get_charmap()
+    marks = PENDING + "✓✗⚠"
+    assert all(ord(c) in glyphs for c in marks), [c for c in marks if ord(c) not in glyphs]
+    assert 0x23F3 not in glyphs  # (the check would have caught ⏳)
 
 
 def test_holders(capsys):
@@ -80,7 +102,7 @@ def test_stubs_report_not_attempted(capsys):
     for check, args in [(ex.check_bytes_per_device, (...,)), (ex.check_holders, (...,)),
                         (ex.check_rows_over_mesh, (..., np.zeros(2))), (ex.check_total, (stub, 1))]:
         assert check(*args) is None
-        assert "not attempted yet" in capsys.readouterr().out
+        assert capsys.readouterr().out.startswith(f"{PENDING} ")
 
 
 def test_framework_reports_shape_dtype_nan_and_unexpected_errors():

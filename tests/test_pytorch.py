@@ -106,9 +106,10 @@ def test_torch_orders_without_processes_match_tpviz():
 
 def test_explore_schedules_shows_torch_against_tpviz():
     from tpviz.core import live
+    from tpviz.core.widgets import LIVE_MIME
     from tpviz.pytorch import explore
     bundle = explore.explore_schedules()._repr_mimebundle_()
-    assert 'data-name="render_schedules"' in bundle["text/html"]
+    assert 'data-name="render_schedules"' in live.book_html(bundle[LIVE_MIME])
     same = explore.comparison_rows("ScheduleDualPipeV", 2, 8)
     assert not any(r.get("d") for r in same) and "identical, op by op" in same[0]["note"]
     zb = explore.comparison_rows("ScheduleInterleavedZeroBubble", 4, 8)

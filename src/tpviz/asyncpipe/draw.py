@@ -36,7 +36,7 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
         height = 0.45 * s.stages + 1.6 if s.stages <= 8 else 0.25 * s.stages + 1.6
         fig = column_figure(height)
         ax = fig.subplots()
-        fig.subplots_adjust(left=0.08, right=0.99, top=1 - 0.6 / height, bottom=0.55 / height)
+        fig.subplots_adjust(left=0.08, right=0.97, top=1 - 0.6 / height, bottom=0.55 / height)
     top = max((max(r) for r in t.versions if r), default=0)
     base = version_colours(top + 1)
     shades = {k: op_colour(base, k) for k in SHADE}  # kind -> [version, rgb]

@@ -213,6 +213,15 @@ def only_keys(answer, allowed: Iterable[str], what: str = "your answer",
     return answer
 
 
+def shown(value: float) -> str:
+    """A number as a message shows it: a whole number without ".0" and with thousands
+    separators (4,194,304, however it was computed), others to 6 significant digits."""
+    x = float(value)
+    if x.is_integer() and abs(x) < 1e18:
+        return f"{int(x):,}"
+    return f"{x:,.2f}" if 1e5 <= abs(x) < 1e18 else f"{x:,.6g}"
+
+
 def expect_number(value, expected: float, *, what: str = "your answer", rel: float = 1e-6,
                   hint: str = "") -> None:
     """The answer is a number equal to ``expected`` (within a relative tolerance)."""
@@ -221,7 +230,7 @@ def expect_number(value, expected: float, *, what: str = "your answer", rel: flo
     except Wrong as w:
         raise Wrong(w.message, hint) from None
     if not math.isclose(got, expected, rel_tol=rel, abs_tol=rel):
-        raise Wrong(f"{what} is {got:,.6g}, which is not right.", hint)
+        raise Wrong(f"{what} is {shown(got)}, which is not right.", hint)
 
 
 def expect_bytes(value, expected: float, *, what: str = "your answer", hint: str = "") -> None:
@@ -235,5 +244,4 @@ def expect_bytes(value, expected: float, *, what: str = "your answer", hint: str
     expected = float(expected)
     slack = max(1e-6, 8 * math.ulp(expected)) if expected.is_integer() else 1e-9 * abs(expected)
     if abs(got - expected) > slack:
-        shown = f"{got:,.0f}" if float(got).is_integer() else f"{got:,.6g}"
-        raise Wrong(f"{what} is {shown}, which is not right.", hint)
+        raise Wrong(f"{what} is {shown(got)}, which is not right.", hint)

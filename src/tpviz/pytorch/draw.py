@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from tpviz.core.figures import SMALL_PT, figure, palette, text_colour
-from tpviz.pipeline import bubble_formula
+from tpviz.pipeline.bubbles import bubble_formula
 from tpviz.pipeline.draw import IDLE
 from tpviz.pytorch.plan import Comparison, bubble
 
