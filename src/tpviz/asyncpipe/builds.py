@@ -18,8 +18,8 @@ from tpviz.pipeline.simulate import simulate
 
 # --- 8.3 Chimera's schedule --------------------------------------------------------------------
 CHIMERA_STAGES = (4, 6, 8)  # p: Chimera pairs device d with p-1-d, so p is even
-CHIMERA = ("tpviz.pipeline.plan.schedule", "tpviz.pipeline.zoo.build",
-           "tpviz.pipeline.zoo._chimera")
+CHIMERA = ("tpviz.pipeline.plan.schedule", "tpviz.pipeline.plan.chimera",
+           "tpviz.pipeline.zoo.build", "tpviz.pipeline.zoo._chimera")
 
 
 def chimera_bubble(p: int) -> float:

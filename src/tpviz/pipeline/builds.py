@@ -14,9 +14,9 @@ from tpviz.pipeline import spmd
 from tpviz.pipeline.plan import Op, Schedule
 
 # the book's schedules: each constructs an op order, which is what 7.1 and 7.7 ask for
-SCHEDULES = ("tpviz.pipeline.plan.schedule", "tpviz.pipeline.plan._naive",
-             "tpviz.pipeline.plan._gpipe", "tpviz.pipeline.plan._one_f_one_b",
-             "tpviz.pipeline.plan._interleaved", "tpviz.pipeline.plan._zb_h1")
+SCHEDULES = ("tpviz.pipeline.plan.schedule", "tpviz.pipeline.orders.naive",
+             "tpviz.pipeline.orders.gpipe", "tpviz.pipeline.orders.one_f_one_b",
+             "tpviz.pipeline.orders.interleaved", "tpviz.pipeline.orders.zb_h1")
 STAGE = ("stage",)
 
 
