@@ -4,6 +4,7 @@ of the pmean of the loss under check_vma=True) pass; wrong programs written as a
 fail with a message that names the mistake; the true/false check gives no per-key feedback."""
 
 import jax
+import jax.numpy as jnp
 import pytest
 from checking import fails, passes
 
@@ -65,11 +66,11 @@ def test_ring_reduce_scatter_right_answers_pass(right, capsys):
 
 def test_ring_reduce_scatter_reports_what_the_program_moved(capsys):
     ex.check_ring_reduce_scatter(_ring_fori)  # 7 permutes, counted through the loop
-    assert "7 collective-permutes along 'X' of 32 bytes each" in capsys.readouterr().out
+    assert "7 collective-permutes along 'ring' of 32 bytes each" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("wrong", "words"), [
-    (_follow, r"write what `tpviz\.collectives\.follow` does"),  # the library's ring
+    (_follow, r"write what `tpviz\.collectives\.(follow|plan\.plan)` does"),  # the library's ring
     (lambda x, a, k: _ring(x, a, 8), "right on 8 devices .* but on 4 devices"),  # k fixed at 8
     (lambda x, a, k: _ring(x, a, k, devices=8), "right on 8 devices .* but on 4"),  # ring of 8
     (_gather_then_sum, "all-gather .* does not need"),  # the whole array gathered
@@ -78,6 +79,46 @@ def test_ring_reduce_scatter_reports_what_the_program_moved(capsys):
     (lambda x, a, k: _ring(x, a, k, send=lambda me, s, k: (me - s) % k), "wrong values"),
 ])
 def test_ring_reduce_scatter_rejects_wrong_programs(wrong, words):
+    fails(ex.check_ring_reduce_scatter, wrong, words=words)
+
+
+def _planned(x, axis, k):  # review: the schedule read from the library's ring plan
+    me, chunks = jax.lax.axis_index(axis), x.reshape(k, -1)
+    for step in collectives.plan("ring", "reduce-scatter", k, 4 * x.size).moves:
+        send, recv = [0] * k, [0] * k
+        for m in step:
+            send[m.src], recv[m.dst] = m.chunks[0], m.chunks[0]
+        piece = jax.lax.dynamic_index_in_dim(chunks, jnp.asarray(send)[me], 0, keepdims=False)
+        got = jax.lax.ppermute(piece, axis, [(m.src, m.dst) for m in step])
+        at = jnp.asarray(recv)[me]
+        chunks = jax.lax.dynamic_update_index_in_dim(
+            chunks, jax.lax.dynamic_index_in_dim(chunks, at, 0, keepdims=False) + got, at, 0)
+    return jax.lax.dynamic_index_in_dim(chunks, me, keepdims=False)
+
+
+def _tables(x, axis, k):  # review: the library ring's private step tables
+    from tpviz.collectives import run
+
+    me, chunks = jax.lax.axis_index(axis), x.reshape(k, -1)
+    plan = object.__new__(collectives.CollectivePlan)  # (never built: the tables are refused)
+    for pairs, _, _, send, recv in run._tables(plan):
+        got = jax.lax.ppermute(jax.lax.dynamic_index_in_dim(chunks, jnp.asarray(send)[me], 0,
+                                                            keepdims=False), axis, pairs)
+        at = jnp.asarray(recv)[me]
+        chunks = jax.lax.dynamic_update_index_in_dim(
+            chunks, jax.lax.dynamic_index_in_dim(chunks, at, 0, keepdims=False) + got, at, 0)
+    return jax.lax.dynamic_index_in_dim(chunks, me, keepdims=False)
+
+
+@pytest.mark.parametrize(("wrong", "words"), [
+    # the chapter's axis name written in: the check's ring has another name
+    (lambda x, a, k: _ring(x, "X", k), "unbound axis name: X"),
+    (_planned, r"write what `tpviz\.collectives\.plan\.plan` does"),
+    (_tables, r"write what `tpviz\.collectives\.run\._tables` does"),
+])
+def test_ring_reduce_scatter_rejects_what_passed_the_review(wrong, words):
+    """Review (issue 39): an axis name written in (the check's axis was the chapter's "X"), and
+    the ring's schedule taken from the library's plan or its private tables, passed."""
     fails(ex.check_ring_reduce_scatter, wrong, words=words)
 
 
@@ -147,3 +188,12 @@ def test_same_as_big_batch_gives_no_per_key_feedback(capsys):
     two = fails(ex.check_same_as_big_batch, {**TRUTH, "a": False, "c": True}, words="not all")
     assert one == two and "(b)" not in one and "1 of" not in one
     fails(ex.check_same_as_big_batch, {**TRUTH, "a": "yes"}, words="True or False")
+
+
+def test_dp_gradients_without_a_collective_are_told_where_the_sum_came_from():
+    """Review (issue 39): a step with no collective at all was told that "the devices' shares
+    are summed": true only because JAX sums the gradient of parameters held whole under
+    check_vma=True; the message now says so."""
+    message = fails(ex.check_dp_gradients, lambda p, x, y: jax.grad(dp_loss)(p, x, y),
+                    words="8 times too large")
+    assert "with no collective in your code" in message

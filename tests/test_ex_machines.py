@@ -64,6 +64,23 @@ def test_torus_price_rejects_wrong_models(wrong, words):
     fails(ex.check_torus_price, wrong, words=words)
 
 
+def test_torus_price_is_computed_after_the_learners_call():
+    """Review (issue 39): the expected price was on the checker's stack while the learner's
+    function ran, and a function that read it from the calling frames passed."""
+    import sys
+
+    def peek(kind, v, sizes, wraps, link, hop):
+        frame = sys._getframe(1)
+        while frame is not None:
+            for value in frame.f_locals.values():
+                if hasattr(value, "latency_s") and hasattr(value, "bandwidth_s"):
+                    return value.latency_s, value.bandwidth_s
+            frame = frame.f_back
+        return 0.0, 0.0
+
+    fails(ex.check_torus_price, peek, words="the latency term")
+
+
 # --- 2.7 an all-gather both ways round a ring -----------------------------------------------
 
 def _both_ways(block, axes, devices=None, both=True, every_round=False):
@@ -109,6 +126,33 @@ def test_fast_gather_solution_passes_and_is_priced(capsys):
 ])
 def test_fast_gather_rejects_wrong_programs(wrong, words):
     fails(ex.check_fast_gather, wrong, words=words)
+
+
+def _from_device_0(block, axes):  # forgets `me`: every position counted from device 0
+    k = jax.lax.axis_size(axes)
+    out = jnp.zeros((k, *block.shape), block.dtype).at[0].set(block)
+    from_left = from_right = block
+    for s in range(1, k // 2 + 1):
+        from_left = jax.lax.ppermute(from_left, axes, [(i, (i + 1) % k) for i in range(k)])
+        out = out.at[(-s) % k].set(from_left)
+        if s < k - s:
+            from_right = jax.lax.ppermute(from_right, axes, [(i, (i - 1) % k) for i in range(k)])
+            out = out.at[s].set(from_right)
+    return out.reshape(-1, block.shape[1])
+
+
+def test_fast_gather_rejects_the_chapters_axis_name_written_in():
+    """Review (issue 39): the check's ring axis was "x", the chapter's own mesh axis, so a gather
+    with "x" written in for ``axes`` passed."""
+    fails(ex.check_fast_gather, lambda b, a: _both_ways(b, "x"), words="unbound axis name: x")
+
+
+def test_fast_gather_reads_every_devices_copy():
+    """Review (issue 39): the result is whole on every device (out_specs=P() without check_vma),
+    and the check read device 0's copy only: a gather that forgets the device's own index is
+    right there, and passed."""
+    fails(ex.check_fast_gather, _from_device_0,
+          words="device 1 ends with wrong values for the result")
 
 
 def test_tpviz_imports():  # the chapter's checker names stay where the notebooks find them

@@ -84,6 +84,29 @@ def test_column_parallel_rejects_wrong_programs(name):
     fails(ex.check_column_parallel, wrong, X, W, words=words)
 
 
+def test_column_parallel_rejects_a_shard_map_that_leaves_the_matmul_to_the_compiler():
+    """Review (issue 39): the product computed by the compiler, with a shard_map that only passes
+    arrays through (for the layouts), passed: nothing of the learner's did the matmul."""
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    ident = _sm(lambda o: o, COLUMNS, COLUMNS)
+    fails(ex.check_column_parallel, jax.jit(lambda a, b: ident(a @ b)), X, W,
+          words=r"computes outside its jax.shard_map \(dot_general\)")
+    pin = _sm(lambda a, b: (a, b), (WHOLE, COLUMNS), (WHOLE, COLUMNS))
+    fails(ex.check_column_parallel, jax.jit(lambda a, b: jax.lax.with_sharding_constraint(
+        jnp.matmul(*pin(a, b)), NamedSharding(mesh8, COLUMNS))), X, W,
+        words="computes outside its jax.shard_map")
+
+
+def test_column_parallel_passes_other_right_programs(capsys):
+    """Review: jax.jit around it, einsum, check_vma=False, a Python wrapper: all right."""
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    passes(ex.check_column_parallel, jax.jit(jax.shard_map(
+        lambda a, b: jnp.einsum("bd,df->bf", a, b), mesh=mesh8, in_specs=(P(None, None), COLUMNS),
+        out_specs=COLUMNS, check_vma=False)), X, W, capsys=capsys)
+    inner = _sm(lambda a, b: jnp.dot(a, b), (WHOLE, COLUMNS), COLUMNS)
+    passes(ex.check_column_parallel, lambda a, b: inner(a, b), X, W, capsys=capsys)
+
+
 # --- 3.2 the reduce-scatter variant ----------------------------------------------------------
 
 def _scatter(y):
@@ -119,6 +142,23 @@ def test_reduce_scatter_solution_passes_and_reports_the_program(capsys):
     ex.check_reduce_scatter(_sm(lambda a, b: _scatter(a @ b), RS, COLUMNS), X, W)
     # B = 24, F = 16 float32: the reduce-scatter's input is 24 · 16 · 4 = 1,536 bytes
     assert "a reduce-scatter along 'X' of 1,536 bytes" in capsys.readouterr().out
+
+
+def test_reduce_scatter_passes_other_right_programs(capsys):
+    """Review: the transposed product scattered along its rows and transposed back (under jit),
+    and an untiled reduce-scatter under check_vma=False, are right."""
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    passes(ex.check_reduce_scatter, jax.jit(_sm(lambda a, b: jax.lax.psum_scatter(
+        jnp.einsum("bd,df->fb", a, b), "X", scatter_dimension=0, tiled=True).T, RS, COLUMNS)),
+        X, W, capsys=capsys)
+
+    def untiled(a, b):
+        part = a @ b
+        return jax.lax.psum_scatter(part.reshape(part.shape[0], 8, -1), "X", scatter_dimension=1)
+
+    passes(ex.check_reduce_scatter, jax.shard_map(untiled, mesh=mesh8, in_specs=RS,
+                                                  out_specs=COLUMNS, check_vma=False), X, W,
+           capsys=capsys)
 
 
 @pytest.mark.parametrize("name", sorted(SCATTER_WRONG))
@@ -170,6 +210,34 @@ def test_fsdp_matmul_solution_passes_on_two_mesh_sizes(capsys):
 def test_fsdp_matmul_rejects_wrong_programs(name):
     wrong, words = FSDP_WRONG[name]
     fails(ex.check_fsdp_matmul, wrong, words=words)
+
+
+def _checkers_arrays():  # the harness's inputs, found on the stack while the answer traces
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in frame.f_locals.values():
+            if type(value).__name__ == "Case" and hasattr(value, "args"):
+                return [np.asarray(a) for a in value.args]
+        frame = frame.f_back
+    return None
+
+
+def _baked(x, w):  # review: Out read off the checker's arrays, baked in; W1 gathered for show
+    x_all, w_all = _checkers_arrays()
+    out = jnp.asarray(x_all @ w_all)
+    rows = out.shape[0] // jax.lax.axis_size("X")
+    mine = jax.lax.dynamic_slice_in_dim(out, jax.lax.axis_index("X") * rows, rows, 0)
+    return mine + 0.0 * (x @ jax.lax.all_gather(w, "X", axis=0, tiled=True))
+
+
+def test_fsdp_matmul_runs_the_program_again_on_inputs_made_after_it_was_traced():
+    """Review (issue 39): a per-device function that read the checker's arrays from the stack
+    while tracing (notebook only: graded runs refuse frames) and returned the product as a
+    constant passed, with the right all-gather for show."""
+    fails(ex.check_fsdp_matmul, _baked, words="right on the check's first inputs, but on other "
+          "inputs of the same shapes")
 
 
 def test_fsdp_matmul_stops_an_endless_loop(monkeypatch):

@@ -74,6 +74,21 @@ def test_row_parallel_refuses_the_library_function_itself():
 
 # --- 4.2 f and g -------------------------------------------------------------------------
 
+def test_row_parallel_refuses_the_library_with_the_watch_switched_off_for_a_moment():
+    """Review (issue 39): switching the checker's watch off around the library call and putting
+    it back (sys.setprofile, saved first) passed; it is refused when it happens."""
+    import sys
+
+    def sneaky(tmp, w2):
+        watch = sys.getprofile()
+        sys.setprofile(None)
+        out = megatron.row_parallel(_mine(tmp, w2.shape[0]), w2, "model")
+        sys.setprofile(watch)
+        return out
+
+    fails(ex.check_row_parallel, sneaky, words=r"switched off the checker's watch")
+
+
 def _conjugates(f_backward=lambda ct: jax.lax.psum(ct, "model"),
                 g_forward=lambda x: jax.lax.psum(x, "model"), g_backward=lambda ct: ct):
     @jax.custom_vjp
@@ -103,7 +118,8 @@ CONJUGATES_WRONG = {
                  "too large|all-gather|wrong values"),
     "g backward psum": (_conjugates(g_backward=lambda ct: jax.lax.psum(ct, "model")),
                         "4x too large"),
-    "f backward identity": (_conjugates(f_backward=lambda ct: ct), "gradient of In"),
+    "f backward identity": (_conjugates(f_backward=lambda ct: ct),
+                            "gradient of In .* the parts are never added"),
     "g forward identity": (_conjugates(g_forward=lambda x: x), "forward pass is wrong"),
     "bare psum": ((lambda x: x, lambda x: jax.lax.psum(x, "model")), "4x too large"),
 }
@@ -127,6 +143,15 @@ def test_conjugates_with_the_mean_hard_coded_are_wrong_on_two_devices():
     two = dataclasses.replace(CONJUGATES, cases=CONJUGATES.cases[1:])
     with pytest.raises(framework.Wrong, match=r"wrong values|too large"):
         harness.grade(_conjugates(g_backward=lambda ct: jax.lax.psum(ct, "model") / 4), two)
+
+
+def test_conjugates_name_a_scaled_input_gradient_as_scaled():
+    """Review (issue 39): f's backward written as pmean times 4 (right on 4 devices) was told on
+    2 devices that "the parts are never added"; they are added, then doubled."""
+    message = fails(ex.check_conjugates, *_conjugates(
+        f_backward=lambda ct: jax.lax.pmean(ct, "model") * 4), words="right on 4 devices")
+    assert "2 times what it should be, on 2 devices" in message
+    assert "never added" not in message
 
 
 # --- 4.6 the sequence-parallel MLP -----------------------------------------------------------
@@ -166,7 +191,9 @@ SP_WRONG = {
     "library": (_library, r"write what `tpviz\.megatron\.mlp` does"),
     "twice the bytes": (_sp(reduce="twice"), "moves 1,024 bytes, more than the .T, H. output's 512"),
     "all-reduce": (_sp(reduce="all-reduce"), "all-reduce .* does not need"),
-    "weights whole": (_weights_gathered, "2 all-gathers where the exercise needs 1|moves"),
+    # (review: the message said "the [T, H] tokens's 512 bytes")
+    "weights whole": (_weights_gathered, "2 all-gathers where the exercise needs 1|more than the "
+                      r"\[T, H\] input's 512 bytes"),
     "four devices": (_sp(devices=4), "right on 4 devices .* but on 2"),
     "wrong axis": (_sp(gather_axis=1), "raised"),
     "no collective": (lambda x, w1, w2: jax.nn.gelu(x @ w1) @ w2, "wrong values"),
@@ -178,6 +205,24 @@ def test_sequence_parallel_solution_passes_and_reports_the_program(capsys):
     out = capsys.readouterr().out  # T = 8, H = 16 float32: 512 bytes each
     assert ("an all-gather along 'model' of 512 bytes and a reduce-scatter along 'model' of "
             "512 bytes") in out
+
+
+def test_sequence_parallel_passes_other_right_programs(capsys):
+    """Review: an untiled gather and scatter, and the partial sums scattered feature-major and
+    transposed back, are right."""
+    def untiled(x, w1, w2):
+        tokens = jax.lax.all_gather(x, "model").reshape(-1, x.shape[1])
+        partial = jax.nn.gelu(tokens @ w1) @ w2
+        n = jax.lax.axis_size("model")
+        return jax.lax.psum_scatter(partial.reshape(n, -1, partial.shape[1]), "model")
+
+    def transposed(x, w1, w2):
+        tokens = jax.lax.all_gather(x, "model", axis=0, tiled=True)
+        partial = (jax.nn.gelu(tokens @ w1) @ w2).T
+        return jax.lax.psum_scatter(partial, "model", scatter_dimension=1, tiled=True).T
+
+    for right in (untiled, transposed):
+        passes(ex.check_sequence_parallel, right, capsys=capsys)
 
 
 @pytest.mark.parametrize("name", sorted(SP_WRONG))

@@ -212,10 +212,39 @@ def test_mlp2d_solution_passes(capsys):
     passes(ex.check_mlp2d, _mlp_2d, capsys=capsys)
 
 
+def test_mlp2d_passes_another_right_program(capsys):
+    """Review: the weights gathered first, einsum, relu written with where: right."""
+    def mlp(x, w1, w2):
+        w2g = jax.lax.all_gather(w2, "data", axis=1, tiled=True)
+        w1g = jax.lax.all_gather(w1, "data", axis=0, tiled=True)
+        h = jnp.einsum("bd,df->bf", jax.lax.all_gather(x, "model", axis=1, tiled=True), w1g)
+        return _scatter(jnp.einsum("bf,fd->bd", jnp.where(h > 0, h, 0.0), w2g))
+
+    passes(ex.check_mlp2d, mlp, capsys=capsys)
+
+
 @pytest.mark.parametrize("name", sorted(MLP_WRONG))
 def test_mlp2d_rejects_wrong_programs(name):
     wrong, words = MLP_WRONG[name]
     fails(ex.check_mlp2d, wrong, words=words)
+
+
+def _everything_everywhere(x, w1, w2):  # every array gathered whole, Out's block sliced
+    def whole(a, first, second):
+        return jax.lax.all_gather(jax.lax.all_gather(a, first[0], axis=first[1], tiled=True),
+                                  second[0], axis=second[1], tiled=True)
+
+    out = jax.nn.relu(whole(x, ("model", 1), ("data", 0)) @ whole(w1, ("data", 0), ("model", 1))
+                      ) @ whole(w2, ("data", 1), ("model", 0))
+    (b, d), i, j = x.shape, jax.lax.axis_index("data"), jax.lax.axis_index("model")
+    return jax.lax.dynamic_slice(out, (i * b, j * d), (b, d))
+
+
+def test_mlp2d_names_the_missing_collective_once():
+    """Review (issue 39): the message read "no reduce-scatter of reduce-scatter Out' along
+    model": the plan's description used as the operand's name."""
+    message = fails(ex.check_mlp2d, _everything_everywhere, words="no reduce-scatter of Out'")
+    assert "of reduce-scatter" not in message
 
 
 def test_mlp2d_stops_an_endless_loop(monkeypatch):

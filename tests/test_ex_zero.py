@@ -108,6 +108,11 @@ ZERO1_WRONG = {
                                  "needs, and no reduce-scatter of the gradient"),
     "sum": (_zero1(mean=False), "wrong values"),
     "two outputs": (lambda p, g, m, v: (p, m), "structure|2 array"),
+    # review: the parameters returned as this device's slice only (the checker crashed: "your
+    # answer could not be checked (TypeError ...)")
+    "slice only": (lambda p, g, m, v: adam(jax.lax.dynamic_slice_in_dim(
+        p, jax.lax.axis_index("data") * m.shape[0], m.shape[0]), g[: m.shape[0]], m, v, T),
+        r"the new parameters has shape \(8,\); it should be \(64,\)"),
 }
 
 
@@ -119,6 +124,20 @@ def test_zero1_step_solution_passes(capsys):
 def test_zero1_step_rejects_wrong_programs(name):
     wrong, words = ZERO1_WRONG[name]
     fails(ex.check_zero1_step, wrong, words=words)
+
+
+def test_zero1_step_reads_every_devices_parameters():
+    """Review (issue 39): the new parameters come back whole on every device (out_specs=P()
+    without check_vma) and the check read device 0's copy only: a step that leaves the other
+    devices with the old parameters passed."""
+    right = _zero1()
+
+    def first_only(params, grad, m, v):
+        whole, m, v = right(params, grad, m, v)
+        return jnp.where(jax.lax.axis_index("data") == 0, whole, params), m, v
+
+    fails(ex.check_zero1_step, first_only, words="device 1 ends with wrong values for the new "
+          "parameters")
 
 
 def test_zero1_step_raises_and_loops_are_messages(monkeypatch):

@@ -50,6 +50,11 @@ def test_check_ring_all_to_all(capsys):
     fails(ex.check_ring_all_to_all, 15 / 256 * 16e6 / 9e10 * 1e3, words="switch")
     fails(ex.check_ring_all_to_all, 15 / 256 * 16e6 / 9e10 * 1e3 + 0.008, words="switch")
     fails(ex.check_ring_all_to_all, 16e6 / (4 * 4.5e10) * 1e3 + 0.008, words="not right")
+    # a learner's slips within 0.01 ms of the answer (0.0524 ms) are still wrong: 15 hops
+    # (n - 1, one way round), 16 MiB for 16 MB, a (n - 1)/n factor on the ring's V/8
+    for wrong in (16e6 / (8 * 4.5e10) * 1e3 + 0.015, 2**24 / (8 * 4.5e10) * 1e3 + 0.008,
+                  15 / 16 * 16e6 / (8 * 4.5e10) * 1e3 + 0.008):
+        fails(ex.check_ring_all_to_all, wrong, words="not right")
 
 
 def test_check_hop_crossover(capsys):
@@ -75,6 +80,13 @@ def test_check_pod_design(capsys):
     # Y = 4·4 over two shared axes, X = 4·4·16 over three
     passes(ex.check_pod_design, 256, 16, 3, 2, capsys=capsys)
     passes(ex.check_pod_design, 2048, 2, 3, 1, capsys=capsys)
+    # read strictly, a shared axis gives Y's 4 neighbours one link (no wraparound): TP
+    # 4·2²¹·8192/(1024·9e10) = 0.75 ms, still under the 1.05 ms of math ...
+    ex.check_pod_design(1024, 4, 3, 1)
+    assert "still is (0.75 ms)" in capsys.readouterr().out
+    # ... while Y = 8 neighbours on one link take 4·2²¹·8192/(512·9e10) = 1.49 ms
+    ex.check_pod_design(512, 8, 3, 1)
+    assert "takes 1.49 ms; 6 of the 9 layouts" in capsys.readouterr().out
     # the old key: X = 1,024 cannot fit on 2 torus axes (16·16 = 256 chips)
     fails(ex.check_pod_design, 1024, 4, 2, 1, words="cannot be laid out")
     fails(ex.check_pod_design, 512, 8, 1, 2, words="at most 16 chips")
@@ -87,3 +99,9 @@ def test_check_pod_design(capsys):
     fails(ex.check_pod_design, 4096, 1, 3, 0, words="FSDP")
     fails(ex.check_pod_design, 1024, 4, 3, 3, words="cannot be laid out")
     fails(ex.check_pod_design, 1024, 2, 3, 1, words="4,096")
+    # a learner's slips: Y's shared axis not counted (M_Y = 0), two axes for X + Y, whole
+    # axes the other way round, X over two axes only
+    fails(ex.check_pod_design, 1024, 4, 3, 0, words="cannot be laid out")
+    fails(ex.check_pod_design, 1024, 4, 1, 1, words="cannot be laid out")
+    fails(ex.check_pod_design, 4, 1024, 1, 3, words="tensor parallelism")
+    fails(ex.check_pod_design, 512, 8, 2, 1, words="at most 256 chips")

@@ -149,6 +149,11 @@ def test_seed_runs_equal_one_process(check):
     # one chunk: the ranks take turns (causality); 16 chunks: more work than one, every time
     assert (rows[64]["bubble"] >= 0.5).all()
     assert (rows[4]["cpu"] > rows[64]["cpu"]).all()
+    # a step is timed to the end of rank 0's work: its last backward is the step's last op
+    for size in (64, 8, 4):
+        for (r0, r1), wall in zip(rows[size]["spans"], rows[size]["wall"], strict=True):
+            assert max(s[3] for s in r1) <= max(s[3] for s in r0)
+            assert max(s[3] for s in r0) - min(s[2] for s in r0) <= wall
 
 
 @pytest.mark.slow

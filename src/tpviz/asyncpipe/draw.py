@@ -112,6 +112,22 @@ def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figur
     return ax.figure
 
 
+def curves_panels(panels: dict, title: str = "") -> Figure:
+    """Runs of one learning rate in panels side by side, ``{panel title: {label: Curve}}``,
+    each panel with its own legend below it (median over seeds, min-max band): at most 8 runs a
+    panel keeps every colour distinct."""
+    fig = column_figure(5.4, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
+    seeds = len(next(iter(next(iter(panels.values())).values())).seeds)
+    for ax, (name, curves) in zip(axes, panels.items(), strict=True):
+        losses(curves, ax, name, legend=False)
+        ax.legend(fontsize=SMALL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                  frameon=False)
+    fig.suptitle(title or f"median of {seeds} seeds; shaded: lowest to highest seed",
+                 fontsize=SMALL_PT)
+    return fig
+
+
 def curves_side_by_side(results: dict, title: str = "") -> Figure:
     """One panel per learning rate of :func:`tpviz.asyncpipe.stale.train`'s result, side by
     side (median over seeds, min-max band), and one legend below them."""

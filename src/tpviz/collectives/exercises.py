@@ -108,10 +108,14 @@ def check_crossover(answer) -> str:
             "larger ones bandwidth-bound (the ring wins).")
 
 
+RING_AXIS = "ring"  # not the chapter's "X": an answer must use the axis it is given
+
+
 def _ring_program(fn, case):
     k = case.n
-    return jax.shard_map(lambda v: fn(v, "X", k), mesh=case.mesh, in_specs=PartitionSpec("X"),
-                         out_specs=PartitionSpec("X"), check_vma=False)
+    return jax.shard_map(lambda v: fn(v, RING_AXIS, k), mesh=case.mesh,
+                         in_specs=PartitionSpec(RING_AXIS), out_specs=PartitionSpec(RING_AXIS),
+                         check_vma=False)
 
 
 def _ring_neighbours(case, found) -> str | None:
@@ -124,17 +128,19 @@ def _ring_neighbours(case, found) -> str | None:
 
 
 RING = harness.Build(
-    what="your reduce-scatter", layouts=("x[I_X]",), out="x[I_X]", axes=("X",),
+    what="your reduce-scatter", layouts=("x[I_{ring}]",), out="x[I_{ring}]", axes=(RING_AXIS,),
     program=_ring_program,
     cases=(((8,), {"n": 64}), ((8,), {"n": 24}), ((4,), {"n": 32})),
     inputs=lambda s, rng: (rng.standard_normal(s["devices"] * s["n"], dtype=np.float32),),
     reference=lambda x, case: x.reshape(case.n, case.n, -1).sum(0).reshape(-1),
     collectives=lambda case: [harness.Expect(
-        "collective-permute", 4 * case.sizes["n"] // case.n, ("X",), count=case.n - 1,
+        "collective-permute", 4 * case.sizes["n"] // case.n, (RING_AXIS,), count=case.n - 1,
         what="one chunk")],
     extra=_ring_neighbours,
+    # the library's ring, and the plan whose moves say which chunk goes where at each step
     unavailable=("tpviz.collectives.follow", "tpviz.collectives.program",
-                 "tpviz.collectives.run.psum_program"),
+                 "tpviz.collectives.run.psum_program", "tpviz.collectives.run._tables",
+                 "tpviz.collectives.plan.plan"),
     hint="Use only jax.lax.ppermute to a ring neighbour. At step s device i sends one chunk to "
          "device i + 1, which adds it to its own copy of that chunk; after K − 1 steps each "
          "device holds the sum of its chunk. Which chunk must device i send at step s?",
@@ -184,7 +190,9 @@ def _dp_diagnose(case, got, want) -> str | None:
     try:
         if np.allclose(got["w"], case.n * np.asarray(want["w"]), rtol=1e-4):
             return (f"the gradient is {case.n} times too large: the devices' shares are summed, "
-                    "not averaged.")
+                    "not averaged. (With check_vma=True, JAX's default, the gradient with "
+                    "respect to parameters every device holds whole comes out summed over the "
+                    "devices already, with no collective in your code.)")
     except (TypeError, KeyError, IndexError, ValueError):
         return None
     return None

@@ -35,10 +35,13 @@ grades, stopping at the first mistake:
    (:mod:`tpviz.core.unavailable`: calling one fails with "this exercise asks you to write what
    `tpviz.megatron.row_parallel` does"); an exception, an endless loop or a stub is a message;
 2. **values** against ``reference(*inputs)`` (or ``reference(*inputs, case=case)``), leaf by
-   leaf (named by ``out_names``); a ``diagnose(case, got, want)`` hook may first name a known
-   mistake ("8 times too large: summed, not averaged");
-3. **manual** (``manual=True``): the lowered program must contain a ``jax.shard_map`` (a program
-   left to the compiler, ``jax.jit(..., out_shardings=...)``, fails);
+   leaf (named by ``out_names``) and on every device's copy; a ``diagnose(case, got, want)`` hook
+   may first name a known mistake ("8 times too large: summed, not averaged"). The compiled
+   program then runs again on inputs of the same shapes made after it was traced (a result read
+   from the checker's arrays while tracing and baked in is right on the first ones only);
+3. **manual** (``manual=True``): the program must be a ``jax.shard_map``, with nothing computed
+   outside it (a program left to the compiler, ``jax.jit(..., out_shardings=...)``, fails, and
+   so does a ``shard_map`` whose inputs or result the compiler reshapes, sums or reshards);
 4. **placement** (``per_device=False``): the input shardings the compiled program holds and the
    bytes each device holds, operand by operand ("W1 is held whole on each device (2,560 bytes
    per device), but the exercise holds it as W1[D, F_X]: 320 bytes"); the result's sharding;
@@ -89,6 +92,7 @@ mesh size only) and test that each is rejected with words that name its mistake.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import io
 
@@ -116,27 +120,75 @@ def _run(answer, build: Build, case: Case, vma: bool):
     def compile_and_run():
         with compat.mesh_context(case.mesh) if build.explicit else contextlib.nullcontext():
             jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-            text = jitted.lower(*case.args).as_text() if build.manual else ""
-            program = compiled.compile_for(jitted, *case.args)  # the trace above is reused
-            return jax.block_until_ready(program(*case.args)), program, text
+            outside = _outside(jax.make_jaxpr(jitted)(*case.args)) if build.manual else None
+            program = compiled.compile_for(jitted, *case.args)
+            return jax.block_until_ready(program(*case.args)), program, outside
 
     return guarded(compile_and_run, what=build.what, names=build.unavailable)
 
 
-def _manual(build: Build, text: str) -> None:
-    if build.manual and not any(m in text for m in ("manual_computation", "SPMDFullToShard")):
+def _outside(closed) -> list[str] | None:
+    """The operations a program runs outside every ``jax.shard_map`` (calls such as ``jax.jit``
+    are looked into), or None when it runs no ``shard_map`` at all."""
+    found, outside = False, []
+
+    def walk(jaxpr):
+        nonlocal found
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "shard_map":
+                found = True
+                continue
+            inner = [getattr(v, "jaxpr", v) for v in eqn.params.values()
+                     if hasattr(getattr(v, "jaxpr", v), "eqns")]
+            for sub in inner:
+                walk(sub)
+            if not inner:
+                outside.append(eqn.primitive.name)
+
+    walk(closed.jaxpr)
+    return outside if found else None
+
+
+def _manual(build: Build, outside: list[str] | None) -> None:
+    """A whole program must be a ``shard_map``: no communication or work left to the compiler."""
+    if not build.manual:
+        return
+    if outside is None:
         raise Wrong(f"{build.what} has no jax.shard_map: the compiler chose its communication, "
                     "and this exercise asks you to write the per-device program yourself.",
                     build.hint)
+    if outside:
+        ops = ", ".join(dict.fromkeys(outside))
+        raise Wrong(f"{build.what} computes outside its jax.shard_map ({ops}): the compiler "
+                    "decides how that part runs and what it sends. Put all of the work, and "
+                    "all of the communication, in the per-device function.", build.hint)
+
+
+def _reference(build: Build, case: Case):
+    takes_case = "case" in inspect.signature(build.reference).parameters
+    return build.reference(*case.args, **({"case": case} if takes_case else {}))
+
+
+def _again(build: Build, case: Case, program) -> None:
+    """The compiled program on inputs made after it was traced: a result baked in while tracing
+    (read from the checker's arrays) is right on the first inputs only."""
+    if case.remake is None:
+        return
+    fresh = dataclasses.replace(case, args=case.remake())
+    out = guarded(lambda: jax.block_until_ready(program(*fresh.args)), what=build.what)
+    try:
+        values(build, fresh, out, _reference(build, fresh))
+    except Wrong as w:
+        raise Wrong("right on the check's first inputs, but on other inputs of the same shapes "
+                    f"(made after your program was traced): {w.message}", w.hint) from None
 
 
 def _grade_case(answer, build: Build, case: Case, vma: bool, state: dict) -> list:
-    takes_case = "case" in inspect.signature(build.reference).parameters
-    want = build.reference(*case.args, **({"case": case} if takes_case else {}))
-    out, program, text = _run(answer, build, case, vma)
-    values(build, case, out, want)
+    out, program, outside = _run(answer, build, case, vma)
+    values(build, case, out, _reference(build, case))  # (computed after the learner's code ran)
+    _again(build, case, program)
     state["values"] = True  # how far this case got (for choosing a message)
-    _manual(build, text)
+    _manual(build, outside)
     if not build.per_device:
         mistake = placement(program, out, case, build.layouts, build.out)
         if mistake:

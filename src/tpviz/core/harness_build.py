@@ -1,10 +1,12 @@
 """The declarations of :mod:`tpviz.core.harness`: what a build checker grades (:class:`Build`,
-:class:`Expect`), the cases it makes (:class:`Case`, :func:`cases`), and :func:`guarded`, which
-calls the learner's code with the book's answers out of reach."""
+:class:`Expect`), the cases it makes (:class:`Case`, :func:`cases`: each also makes a second set
+of inputs of the same shapes, only when asked), and :func:`guarded`, which calls the learner's
+code with the book's answers out of reach."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +40,7 @@ class Case:
     sizes: dict
     args: tuple
     names: tuple[str, ...]
+    remake: Callable[[], tuple] | None = None  # inputs of the same shapes, made when called
 
     @property
     def n(self) -> int:
@@ -110,28 +113,39 @@ def guarded(fn, *args, what: str = "your function", names: Sequence[str] = ()):
         with unavailable(names) as called:
             result = call(fn, *args, what=what)
     except Unavailable as e:
-        raise Wrong(message(e.name)) from None
+        raise Wrong(_refused(e.name)) from None
     except Wrong:
         if called:
-            raise Wrong(message(called[0])) from None
+            raise Wrong(_refused(called[0])) from None
         raise
     if called:
-        raise Wrong(message(called[0]) if called[0] != "sys.setprofile" else
-                    "your code switched off the checker's watch (sys.setprofile); leave it on.")
+        raise Wrong(_refused(called[0]))
     return result
+
+
+def _refused(name: str) -> str:
+    return (message(name) if name != "sys.setprofile" else
+            "your code switched off the checker's watch (sys.setprofile); leave it on.")
 
 
 def cases(build: Build) -> list[Case]:
     """The meshes and inputs of ``build.cases``, each seeded by its position."""
     cases = []
     for k, (shape, sizes) in enumerate(build.cases):
-        rng = np.random.default_rng(build.seed + k)
         n = int(np.prod(shape))
-        args = tuple(build.inputs(dict(sizes, devices=n), rng))
         names = tuple(build.names or (parse(text).name for text in build.layouts))
         mesh = _mesh(shape, build.axes, build.explicit)
-        if build.placed:
-            args = tuple(jax.device_put(a, jax.sharding.NamedSharding(mesh, spec))
-                         for a, spec in zip(args, specs(tuple(build.layouts)), strict=True))
-        cases.append(Case(mesh, dict(sizes), args, names))
+
+        def make(seed, sizes=sizes, n=n, mesh=mesh):
+            args = tuple(build.inputs(dict(sizes, devices=n), np.random.default_rng(seed)))
+            if build.placed:
+                args = tuple(jax.device_put(a, jax.sharding.NamedSharding(mesh, spec))
+                             for a, spec in zip(args, specs(tuple(build.layouts)), strict=True))
+            return args
+
+        cases.append(Case(mesh, dict(sizes), make(build.seed + k), names,
+                          functools.partial(make, build.seed + k + FRESH)))
     return cases
+
+
+FRESH = 1000  # the seed offset of the second inputs of each case

@@ -109,8 +109,8 @@ def placement(program, out, case, layouts, out_layout) -> str | None:
         parsed = parse(text)
         arg = np.asarray(arg)
         want = NamedSharding(case.mesh, parsed.spec)
-        if sharding.is_equivalent_to(want, arg.ndim):
-            continue
+        if sharding is None or sharding.is_equivalent_to(want, arg.ndim):
+            continue  # (None: the compiled program never reads this input)
         block, nbytes = _held(sharding, arg.shape, arg.itemsize)
         _, want_bytes = _held(want, arg.shape, arg.itemsize)
         return (f"{parsed.name} is held {_where(block, arg.shape)} on each device ({nbytes:,} "
@@ -160,8 +160,11 @@ def values(build, case, out, want) -> None:
         name = names[i] if i < len(names) else "the result"
         ref = np.asarray(ref)
         if build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
-            outs = specs(build.out)
+            outs = specs(build.out) if build.out is not None else None
             spec = outs[i] if isinstance(outs, tuple) else outs
+            if spec is None:  # laid out by the checker's own program (``program=``)
+                raise Wrong(f"{name} has shape {tuple(got.shape)}; it should be {ref.shape}.",
+                            build.hint)
             block = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(ref.shape)
             mine = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(tuple(got.shape))
             raise Wrong(f"each device returned a block of shape {mine} for {name}; its block "
@@ -174,3 +177,20 @@ def values(build, case, out, want) -> None:
                         "own.", build.hint)
         expect_array(got, ref.astype(np.asarray(got).dtype) if hasattr(got, "dtype") else ref,
                      what=name, rtol=build.rtol, atol=build.atol, hint=build.hint)
+        _every_device(got, ref, name, case, build)
+
+
+def _every_device(got, ref, name: str, case, build) -> None:
+    """Each device's copy of the result, not only the one the array shows: a result held whole
+    on every device (``out_specs=P()`` without ``check_vma``) shows device 0's copy alone."""
+    for shard in getattr(got, "addressable_shards", ()):
+        mine = np.asarray(shard.data)
+        part = np.asarray(ref, mine.dtype)[shard.index]
+        if mine.shape == part.shape and np.allclose(mine, part, rtol=build.rtol,
+                                                    atol=build.atol):
+            continue
+        devices = list(np.asarray(case.mesh.devices).flat)
+        where = devices.index(shard.device) if shard.device in devices else shard.device.id
+        raise Wrong(f"device {where} ends with wrong values for {name}; the array shows "
+                    "another device's copy, which is right. Every device should end with the "
+                    "result.", build.hint)

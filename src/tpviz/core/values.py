@@ -224,12 +224,14 @@ def shown(value: float) -> str:
 
 def expect_number(value, expected: float, *, what: str = "your answer", rel: float = 1e-6,
                   hint: str = "") -> None:
-    """The answer is a number equal to ``expected`` (within a relative tolerance)."""
+    """The answer is a number equal to ``expected`` within a relative tolerance ``rel`` (an
+    absolute one, ``rel``, only when ``expected`` is 0: an absolute slack of ``rel`` would let
+    a small answer, 0.05 ms say, be 20 % off)."""
     try:
         got = as_number(value, what)
     except Wrong as w:
         raise Wrong(w.message, hint) from None
-    if not math.isclose(got, expected, rel_tol=rel, abs_tol=rel):
+    if not math.isclose(got, expected, rel_tol=rel, abs_tol=0.0 if expected else rel):
         raise Wrong(f"{what} is {shown(got)}, which is not right.", hint)
 
 

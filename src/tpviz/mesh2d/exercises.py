@@ -143,8 +143,19 @@ def _mlp_inputs(s: dict, rng) -> tuple:
 def _expected(case) -> list:
     b, d, f = (case.sizes[k] for k in ("B", "D", "F"))
     p = plan(b, d, f, (case.size(DATA), case.size(MODEL)))
-    return [harness.Expect(c.kind, c.full_bytes, (c.axes[0],), what=c.what or "")
+    return [harness.Expect(c.kind, c.full_bytes, (c.axes[0],), what=_operand(c))
             for c in p.collectives()]
+
+
+def _operand(c) -> str:
+    """The array a planned collective moves: "Out'" of "reduce-scatter Out' along model" (the
+    messages say the kind and the axis themselves)."""
+    words = (c.what or "").split()
+    if words[:1] == [c.kind]:
+        words = words[1:]
+    if len(words) >= 2 and words[-2] == "along":
+        words = words[:-2]
+    return " ".join(words)
 
 
 def layer_norm(y):
