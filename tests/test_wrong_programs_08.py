@@ -160,7 +160,24 @@ def _lr_ignored(w, w_prev, x, target, lr):  # the chapter's learning rate writte
     return w - 0.1 * (w - two_bw(w, w_prev, x, target, 1.0))
 
 
+def _library_backward(w, w_prev, x, target, lr):  # chapter 7's layer gradients for the backward
+    from tpviz.pipeline import run
+
+    s, p = jax.lax.axis_index("stage"), jax.lax.axis_size("stage")
+    wp = w_prev[0]
+    h = x
+    for _ in range(p - 1):
+        h = jnp.where(s == 0, x, jax.lax.ppermute(jnp.tanh(h @ wp), "stage",
+                                                  [(i, i + 1) for i in range(p - 1)]))
+    y = jnp.tanh(h @ wp)
+    dz = (y - target) / x.shape[0] * (1 - y * y)
+    gw = run.layer_backward_weights(h, dz)
+    return w - lr * gw[0][None]
+
+
 TWO_BW_WRONG = {
+    "chapter 7's layer backward": (_library_backward,
+                                   r"write what `tpviz\.pipeline\.run\.layer_backward_weights`"),
     "the last stage's flag all-reduced": (_broadcast_loss, "all-reduce"),
     "activations by all-reduce": (_psum_forward, "all-reduce"),
     "weights passed round the ring": (_weights_passed, "not neighbours|collective-permute|"

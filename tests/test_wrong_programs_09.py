@@ -81,6 +81,9 @@ def _queries_travel(q, k, v):  # the queries go round instead, each result sent 
 
 
 RING_WRONG = {
+    "the library's ring step": (
+        lambda q, k, v: context.ring.forward(q, k, v, "context", False, "contiguous"),
+        r"write what `tpviz\.context\.ring\.forward`"),
     "the same block passed again": (_same_block, "wrong values"),
     "an all-reduce to check it": (_normalised, "all-reduce"),
     "the causal mask": (_causal, "wrong values"),
@@ -163,6 +166,13 @@ def _local_heads(q, k, v):  # each device attends over its own tokens only, for 
 
 
 ULYSSES_WRONG = {
+    "the library's all-gather scheme": (
+        lambda q, k, v: context.run.allgather_attention(q, k, v),
+        r"write what `tpviz\.context\.run\.allgather_attention`"),
+    "the library's head exchange": (
+        lambda q, k, v: jax.lax.all_to_all(context.attention(*(context.run._to_heads(
+            t, "context") for t in (q, k, v))), "context", 1, 2, tiled=True),
+        r"write what `tpviz\.context\.run\._to_heads`"),
     "back by gather and slice": (_gathered_back, "all-gather along"),
     "head dimension split": (_head_dim, "wrong values"),
     "k and v gathered": (_kv_gathered, "all-gather along"),

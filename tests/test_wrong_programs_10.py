@@ -51,7 +51,15 @@ def _tokens_sent(x, slot, e, c):  # every token and its slots sent everywhere, p
     return mine.transpose(1, 0, 2, 3).reshape(e // n, n * c, -1)
 
 
+def _layer(x, slot, e, c):  # the chapter's layer asked for its buffers
+    from tpviz.moe import run
+
+    run.layer(x, {}, slot.shape[1], c)
+    return dispatch(x, slot, e, c)
+
+
 DISPATCH_WRONG = {
+    "the chapter's layer": (_layer, r"write what `tpviz\.moe\.run\.layer`"),
     "dropped choices clipped into slot 0": (_dropped_kept, "wrong values"),
     "first choice only": (_first_choice, "wrong values"),
     "exchanged in bf16": (_bf16, "wrong values|bytes"),
@@ -112,7 +120,15 @@ def _gates_sent(results, slot, gates):  # weights applied at the experts: the ga
     return combine(results, slot, gates) + 0.0 * jnp.sum(sent)
 
 
+def _gshard(results, slot, gates):  # GShard's layer from the chapter
+    from tpviz.moe import run
+
+    run.gshard_layer(results, {}, slot.shape[1], 1)
+    return combine(results, slot, gates)
+
+
 COMBINE_WRONG = {
+    "GShard's layer": (_gshard, r"write what `tpviz\.moe\.run\.gshard_layer`"),
     "dropped choices weighted": (_dropped_weighted, "wrong values"),
     "gates renormalised": (_renormalised, "wrong values"),
     "a ring of permutes": (_ring, "collective-permute"),

@@ -11,6 +11,7 @@ from checking import fails, passes
 from test_ex_together import block, reduce_gradient
 
 import tpviz
+from tpviz import megatron
 
 ex = tpviz.exercises
 
@@ -44,6 +45,9 @@ def _hidden_gathered(x, w1, w2):  # h's columns gathered, then the whole W2 prod
 
 
 GRID_MLP_WRONG = {
+    "chapter 4's row-parallel layer": (
+        lambda x, w1, w2: megatron.row_parallel(jax.nn.gelu(x @ w1), w2, "tensor"),
+        r"write what `tpviz\.megatron\.row_parallel`"),
     "right on the first tensor device only": (_one_copy, "device|wrong values"),
     "gelu after the sum": (_gelu_after, "wrong values"),
     "a loss all-reduced over data": (_data_logged, "all-reduce along 'data'"),
@@ -97,6 +101,9 @@ def _whole_exchanged(g):  # the whole g to the other replica by all-to-all, then
 
 
 GRID_SCATTER_WRONG = {
+    "chapter 4's g": (lambda g: jax.lax.dynamic_slice_in_dim(
+        megatron.reduce_from_tp_region(g, "data"), jax.lax.axis_index("data") * (g.shape[0] // 2),
+        g.shape[0] // 2, axis=0), r"write what `tpviz\.megatron\.reduce_from_tp_region`"),
     "whole g exchanged by all-to-all": (_whole_exchanged, "all-to-all.* of 512 bytes"),
     "the mean": (_mean, "wrong values"),
     "halves swapped": (_swapped, "wrong values"),

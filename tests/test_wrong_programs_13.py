@@ -67,6 +67,9 @@ def sp_plan():
 
 
 SP_WRONG = {
+    "the library's plan deep-copied": (lambda: {"0": SequenceParallel(), **{
+        {"0": "1", "2": "3"}[k]: s for k, s in copy.deepcopy(shard.sequence_parallel_plan())
+        .items() if k in ("0", "2")}}, r"write what `tpviz\.pytorch\.shard\."),
     "first linear takes the norm's output as whole": (
         lambda: {**sp_plan(), "1": ColwiseParallel()}, "fails|differs|shape|right values, but"),
     "output split on the batch": (
