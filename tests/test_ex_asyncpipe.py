@@ -87,6 +87,21 @@ def test_chimera_rejects_wrong_orders(name):
     fails(ex.check_chimera, wrong, words=words)
 
 
+def test_chimera_refuses_the_library_with_the_watch_switched_off_for_a_moment():
+    """As in chapters 0-6 (review, issue 39): the watch switched off around the library's
+    schedule and put back is refused when it happens."""
+    import sys
+
+    def sneaky(p):
+        watch = sys.getprofile()
+        sys.setprofile(None)
+        ops = pipeline.schedule("chimera", p, p).ops
+        sys.setprofile(watch)
+        return [[(o.kind, o.microbatch, o.chunk) for o in row] for row in ops]
+
+    fails(ex.check_chimera, sneaky, words=r"switched off the checker's watch")
+
+
 def test_chimera_deadlock_is_named():
     def crossed(p):  # device 0 runs its upward forward before the downward B it feeds
         order = chimera(p)

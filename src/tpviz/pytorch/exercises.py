@@ -111,7 +111,8 @@ def check_jax_to_torch(answer) -> str:
                     "A PartitionSpec entry names what is split; a DTensor placement says "
                     "how each mesh dimension holds the tensor.")
     if wrong:
-        raise Wrong("one entry is not right.", "Check each against the table above.")
+        raise Wrong("one entry is not right.", "Check each in PyTorch's documentation: "
+                    "DeviceMesh, DTensor's placements, the functional collectives.")
     return "make_mesh ↔ init_device_mesh; P ↔ placements; psum ↔ all_reduce."
 
 
