@@ -90,7 +90,7 @@ def grade_plan(plan, exercise: dict, hint: str) -> str:
                            f"{want} and no others")
             if mistake:
                 said = (f"right on {done[0]}, but on {where}: " if done else f"on {where}: ")
-                raise Wrong(said + mistake + ".", hint)
+                raise Wrong(said + mistake.rstrip(".") + ".", hint)
             done.append(where)
     return (f"the step issues {exercise['forward']} forward and {exercise['backward']} backward, "
             f"equal to one process on 4 and 2 processes at {len(sizes)} sizes each.")
