@@ -190,5 +190,18 @@ def test_ulysses_wrong_program_fails(name):
     fails(ex.check_ulysses, wrong, words=words)
 
 
+def _gather_by_all_to_all(q, k, v):  # k and v stacked and sent whole to every device by an
+    n = jax.lax.axis_size("context")  # all-to-all (an all-gather in disguise), no way back
+    kv = jnp.broadcast_to(jnp.stack([k, v]), (n, 2, *k.shape))
+    got = jax.lax.all_to_all(kv, "context", 0, 0, tiled=True)  # [N, 2, B, S/N, n_h, d_h]
+    whole = jnp.concatenate(list(got), axis=2)  # [2, B, S, n_h, d_h]
+    return context.block_attention(q, whole[0], whole[1])[0]
+
+
+def test_ulysses_all_gather_by_all_to_all_fails():
+    """On 2 devices its one all-to-all moves 4 buffers' bytes, as Ulysses' four do."""
+    fails(ex.check_ulysses, _gather_by_all_to_all, words="all-to-alls of|whole")
+
+
 def test_ulysses_every_exchange_twice_fails():
     fails(ex.check_ulysses, _twice, words="all-to-alls of .* bytes|wrong values|right values")

@@ -44,7 +44,15 @@ def _hidden_gathered(x, w1, w2):  # h's columns gathered, then the whole W2 prod
     return h @ w2s
 
 
+def _rows_gathered(x, w1, w2):  # every data shard's rows gathered, the block run, own rows kept
+    xs = jax.lax.all_gather(x, "data", axis=0, tiled=True)
+    y = jax.lax.psum(jax.nn.gelu(xs @ w1) @ w2, "tensor")
+    rows = x.shape[0]
+    return jax.lax.dynamic_slice_in_dim(y, jax.lax.axis_index("data") * rows, rows, axis=0)
+
+
 GRID_MLP_WRONG = {
+    "rows gathered over data": (_rows_gathered, "all-gather along 'data'|along 'tensor' moves"),
     "chapter 4's row-parallel layer": (
         lambda x, w1, w2: megatron.row_parallel(jax.nn.gelu(x @ w1), w2, "tensor"),
         r"write what `tpviz\.megatron\.row_parallel`"),
