@@ -11,7 +11,6 @@ import pytest
 from checking import fails, passes
 
 import tpviz
-from tpviz.pytorch import shard
 
 torch = pytest.importorskip("torch")
 from torch.distributed.tensor import Partial, Replicate, Shard  # noqa: E402
@@ -20,6 +19,8 @@ from torch.distributed.tensor.parallel import (  # noqa: E402
     RowwiseParallel,
     SequenceParallel,
 )
+
+from tpviz.pytorch import shard  # noqa: E402 (imports torch)
 
 ex = tpviz.exercises
 
