@@ -18,6 +18,8 @@ from tpviz.pipeline.simulate import simulate
 
 # --- 8.3 Chimera's schedule --------------------------------------------------------------------
 CHIMERA_STAGES = (4, 6, 8)  # p: Chimera pairs device d with p-1-d, so p is even
+# and one more p drawn at each check: a table of orders made in advance for the p above fails
+CHIMERA_DRAWN = (10, 12, 14, 16)
 CHIMERA = ("tpviz.pipeline.plan.schedule", "tpviz.pipeline.plan.chimera",
            "tpviz.pipeline.zoo.build", "tpviz.pipeline.zoo._chimera")
 
@@ -80,10 +82,12 @@ def _chimera_properties(fn, p: int) -> str:
 def check_chimera(fn) -> str:
     """``fn(p)`` → per device, (kind, microbatch, stage) triples of Chimera's unit of m = p
     microbatches (0 … p/2-1 down, stage s on device s; p/2 … p-1 up, stage s on device p-1-s),
-    for p = 4, 6 and 8 with the library's schedules out of reach: every op once, no deadlock,
-    the paper's bubble (p−2)/(2m+p−2) at t_F = t_B, at most p microbatches held."""
+    for p = 4, 6, 8 and one p of 10 … 16 drawn at random, the library's schedules out of reach:
+    every op once, no deadlock, the paper's bubble (p−2)/(2m+p−2) at t_F = t_B, at most p
+    microbatches held."""
     done = []
-    for p in CHIMERA_STAGES:
+    drawn = int(np.random.default_rng().choice(CHIMERA_DRAWN))
+    for p in (*CHIMERA_STAGES, drawn):
         try:
             done.append(_chimera_properties(fn, p))
         except Wrong as w:
@@ -117,20 +121,20 @@ def _two_bw_inputs(s: dict, rng) -> tuple:
             rng.standard_normal((n, h), dtype=np.float32))
 
 
-def _two_bw_reference(w, w_prev, x, target):
-    return np.asarray(w - LR * jax.grad(stage_loss)(w_prev, x, target))
+def _two_bw_reference(w, w_prev, x, target, case):
+    return np.asarray(w - case.sizes["lr"] * jax.grad(stage_loss)(w_prev, x, target))
 
 
 def _two_bw_mistakes(case, got, want) -> str | None:
     w, w_prev, x, target = (np.asarray(a) for a in case.args)
-    got = np.asarray(got)
+    got, lr = np.asarray(got), case.sizes["lr"]
     if got.shape != w.shape or np.allclose(got, want, rtol=1e-4, atol=1e-5):
         return None
-    if np.allclose(got, w - LR * np.asarray(jax.grad(stage_loss)(w, x, target)), rtol=1e-4,
+    if np.allclose(got, w - lr * np.asarray(jax.grad(stage_loss)(w, x, target)), rtol=1e-4,
                    atol=1e-5):
         return ("that is plain SGD: the gradient at the newest weights w_t. 2BW's gradient "
                 "comes from the version before, w_(t−1).")
-    if np.allclose(got, w_prev - LR * np.asarray(jax.grad(stage_loss)(w_prev, x, target)),
+    if np.allclose(got, w_prev - lr * np.asarray(jax.grad(stage_loss)(w_prev, x, target)),
                    rtol=1e-4, atol=1e-5):
         return ("the update starts from w_(t−1): 2BW applies the gradient to the newest "
                 "weights, w_(t+1) = w_t − η ∇f(w_(t−1)).")
@@ -138,7 +142,8 @@ def _two_bw_mistakes(case, got, want) -> str | None:
 
 
 def _two_bw_program(answer, case):
-    return jax.shard_map(lambda w, w_prev, x, t: answer(w, w_prev, x, t, LR), mesh=case.mesh,
+    lr = case.sizes["lr"]
+    return jax.shard_map(lambda w, w_prev, x, t: answer(w, w_prev, x, t, lr), mesh=case.mesh,
                          in_specs=(P("stage"), P("stage"), P(), P()), out_specs=P("stage"),
                          check_vma=False)
 
@@ -157,8 +162,8 @@ TWO_BW = harness.Build(
                                      "T[N, H]"),
     out="W[S_{stage}, H, K]", axes=STAGE, program=_two_bw_program, inputs=_two_bw_inputs,
     reference=_two_bw_reference, diagnose=_two_bw_mistakes, out_names=("w_(t+1)",),
-    cases=(((4,), {"H": 8, "n": 6}), ((4,), {"H": 6, "n": 10}), ((2,), {"H": 8, "n": 6}),
-           ((8,), {"H": 4, "n": 5})),
+    cases=(((4,), {"H": 8, "n": 6, "lr": LR}), ((4,), {"H": 6, "n": 10, "lr": 0.05}),
+           ((2,), {"H": 8, "n": 6, "lr": 0.2}), ((8,), {"H": 4, "n": 5, "lr": LR})),
     collectives=lambda case: [harness.Expect(
         "collective-permute", case.sizes["n"] * case.sizes["H"] * 4, STAGE,
         count=2 * (case.n - 1), what="one microbatch's activations or gradients")],
@@ -180,5 +185,5 @@ def check_two_bw(fn) -> str:
     ``w, w_prev[1, H, H]`` this stage's weights w_t and w_(t−1), ``x, target[n, H]`` a
     microbatch on every device; returns this stage's w_(t+1) = w_t − lr ∇f(w_(t−1)) for the
     pipelined model h ← tanh(h W_s), loss Σ(h − target)²/(2n). On 4, 2 and 8 devices at several
-    sizes, with exactly 2(p − 1) neighbour permutes of one microbatch each."""
+    sizes and learning rates, with exactly 2(p − 1) neighbour permutes of one microbatch each."""
     return harness.grade(fn, TWO_BW)

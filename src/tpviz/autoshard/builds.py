@@ -13,8 +13,10 @@ from tpviz.core import harness
 from tpviz.core.exercises import Wrong, checker, plain
 
 KEYS = ("x", "w1", "h", "w2", "y")
-# the solver and the library's own Megatron layouts: each answers 12.4 for you
+# the solvers (the ILP, the greedy one, and the cost tables both search) and the library's own
+# Megatron layouts: each answers 12.4 for you
 SOLVERS = ("tpviz.autoshard.solve.solve", "tpviz.autoshard.solve.solve_problem",
+           "tpviz.autoshard.solve.problem", "tpviz.autoshard.compare.greedy",
            "tpviz.autoshard.compare.megatron", "tpviz.autoshard.compare.same_strategies",
            "tpviz.megatron.plan.specs")
 

@@ -75,7 +75,13 @@ def grade_plan(plan, exercise: dict, hint: str) -> str:
             raise Wrong(f"on {world} processes the plan fails: {first}", hint) from None
         for k, (h, f, t) in enumerate(sizes):
             where = f"{world} processes with H = {h}, F = {f}, T = {t}"
-            got = blocks.join(kind, ranks, k)
+            try:
+                got = blocks.join(kind, ranks, k)
+            except ValueError:  # the ranks' outputs do not line up along the sequence
+                shapes = sorted({tuple(r[k]["out"].shape) for r in ranks})
+                raise Wrong(f"on {where}: the ranks return outputs of shapes {shapes}, which "
+                            f"do not put back together along the sequence. {_shape_hint(kind)}",
+                            hint) from None
             mistake = _compare(kind, got, blocks.reference(kind, h, f, t))
             found = {"forward": got["forward"], "backward": got["backward"]}
             want = {"forward": exercise["forward"], "backward": exercise["backward"]}
@@ -84,7 +90,7 @@ def grade_plan(plan, exercise: dict, hint: str) -> str:
                            f"{want} and no others")
             if mistake:
                 said = (f"right on {done[0]}, but on {where}: " if done else f"on {where}: ")
-                raise Wrong(said + mistake + ".", hint)
+                raise Wrong(said + mistake.rstrip(".") + ".", hint)
             done.append(where)
     return (f"the step issues {exercise['forward']} forward and {exercise['backward']} backward, "
             f"equal to one process on 4 and 2 processes at {len(sizes)} sizes each.")

@@ -72,8 +72,8 @@ def _gradient_reference(g, case):
 
 
 def _reduced(case, found) -> str | None:
-    """One reduce-scatter of g over data, or permutes over data that send half of g per device
-    (a ring of two); nothing else."""
+    """One reduce-scatter of g over data, one all-to-all of its halves, or permutes over data
+    that send half of g per device (a ring of two); nothing else."""
     v = case.sizes["H"] * case.sizes["F"] // case.size("tensor") * 4  # g[H, F/t], float32
     kinds = {c.kind for c, _ in found}
     off = [(c.kind, axes) for c, axes in found if tuple(axes or ()) != ("data",)]
@@ -89,6 +89,11 @@ def _reduced(case, found) -> str | None:
         if sent != v // 2:
             return (f"the permutes send {sent:,} bytes per device; each replica needs to send "
                     f"only the half of g the other one keeps, {v // 2:,} bytes")
+        return None
+    if kinds == {"all-to-all"}:  # the halves exchanged: half of g sent, as a reduce-scatter
+        if len(found) != 1 or found[0][0].full_bytes != v:
+            return (f"{len(found)} all-to-all(s) of {found[0][0].full_bytes:,} bytes: one "
+                    f"exchange of the {v:,}-byte gradient's halves does it")
         return None
     if "all-reduce" in kinds:
         return ("the program all-reduces the whole gradient and then keeps half: twice the "
@@ -114,5 +119,6 @@ def check_grid_reduce_scatter(fn) -> str:
     """``fn(g)`` per device on a data 2 × tensor t mesh (t = 4 and 2): ``g[H, F/t]`` is this
     device's gradient of its W1 shard from its own data shard; returns the rows [H/2, F/t] it
     owns under ZeRO over data (data index 0 the first half), summed over the two replicas.
-    One reduce-scatter over data, or permutes over data sending half of g, and nothing else."""
+    One reduce-scatter over data (or one all-to-all of g's halves, or permutes over data sending
+    half of g), and nothing else."""
     return harness.grade(fn, GRID_SCATTER)

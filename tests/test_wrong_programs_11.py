@@ -1,0 +1,136 @@
+"""Review of chapter 11's build checkers (issue 39's mutation pass): the MLP block on a data ×
+tensor mesh (11.6) and ZeRO's gradient reduction over data (11.7). The right programs pass; wrong
+programs written as a learner would (right on one device's copy only, gelu after the sum, an extra
+all-reduce, the sum in bf16, the mean for the sum, the halves swapped) fail. Programs not
+repeated from tests/test_ex_together.py."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from checking import fails, passes
+from test_ex_together import block, reduce_gradient
+
+import tpviz
+from tpviz import megatron
+
+ex = tpviz.exercises
+
+
+# --- 11.6 the MLP block --------------------------------------------------------------------------
+
+def _one_copy(x, w1, w2):  # the sum right on the first tensor device, its own share elsewhere
+    partial = jax.nn.gelu(x @ w1) @ w2
+    y = jax.lax.psum(partial, "tensor")
+    return jnp.where(jax.lax.axis_index("tensor") == 0, y, partial)
+
+
+def _gelu_after(x, w1, w2):  # the partial products summed first, gelu at the end
+    return jax.nn.gelu(jax.lax.psum(x @ w1 @ w2, "tensor"))
+
+
+def _data_logged(x, w1, w2):  # right, plus a loss all-reduced over data "for logging"
+    y = block(x, w1, w2)
+    return y + 0.0 * jax.lax.psum(jnp.sum(y), "data")
+
+
+def _bf16(x, w1, w2):  # the all-reduce in bfloat16
+    part = (jax.nn.gelu(x @ w1) @ w2).astype(jnp.bfloat16)
+    return jax.lax.psum(part, "tensor").astype(x.dtype)
+
+
+def _hidden_gathered(x, w1, w2):  # h's columns gathered, then the whole W2 product sliced
+    h = jax.lax.all_gather(jax.nn.gelu(x @ w1), "tensor", axis=1, tiled=True)  # [B/d, F]
+    w2s = jax.lax.all_gather(w2, "tensor", axis=0, tiled=True)
+    return h @ w2s
+
+
+def _rows_gathered(x, w1, w2):  # every data shard's rows gathered, the block run, own rows kept
+    xs = jax.lax.all_gather(x, "data", axis=0, tiled=True)
+    y = jax.lax.psum(jax.nn.gelu(xs @ w1) @ w2, "tensor")
+    rows = x.shape[0]
+    return jax.lax.dynamic_slice_in_dim(y, jax.lax.axis_index("data") * rows, rows, axis=0)
+
+
+GRID_MLP_WRONG = {
+    "rows gathered over data": (_rows_gathered, "all-gather along 'data'|along 'tensor' moves"),
+    "chapter 4's row-parallel layer": (
+        lambda x, w1, w2: megatron.row_parallel(jax.nn.gelu(x @ w1), w2, "tensor"),
+        r"write what `tpviz\.megatron\.row_parallel`"),
+    "right on the first tensor device only": (_one_copy, "device|wrong values"),
+    "gelu after the sum": (_gelu_after, "wrong values"),
+    "a loss all-reduced over data": (_data_logged, "all-reduce along 'data'"),
+    "the sum in bf16": (_bf16, "wrong values|bytes"),
+    "hidden gathered": (_hidden_gathered, "all-gather"),
+}
+
+
+def test_grid_mlp_right_program_passes(capsys):
+    passes(ex.check_grid_mlp, block, capsys=capsys)
+
+
+@pytest.mark.parametrize("name", sorted(GRID_MLP_WRONG))
+def test_grid_mlp_wrong_program_fails(name):
+    wrong, words = GRID_MLP_WRONG[name]
+    fails(ex.check_grid_mlp, wrong, words=words)
+
+
+# --- 11.7 ZeRO's reduction over data -----------------------------------------------------------
+
+def _by_all_to_all(g):  # right too: each replica sends the half the other keeps, adds the two
+    halves = g.reshape(2, g.shape[0] // 2, g.shape[1])
+    got = jax.lax.all_to_all(halves, "data", split_axis=0, concat_axis=0, tiled=True)
+    return got[0] + got[1]
+
+
+def _mean(g):  # averaged over the replicas: the sum was asked
+    return jax.lax.psum_scatter(g, "data", scatter_dimension=0, tiled=True) / 2
+
+
+def _swapped(g):  # replica 0 keeps the second half
+    h = g.shape[0] // 2
+    return jax.lax.psum_scatter(jnp.concatenate([g[h:], g[:h]]), "data", scatter_dimension=0,
+                                tiled=True)
+
+
+def _tensor_logged(g):  # right, plus a norm all-reduced over tensor "for clipping"
+    out = reduce_gradient(g)
+    return out + 0.0 * jax.lax.psum(jnp.sum(out * out), "tensor")
+
+
+def _bf16_scatter(g):  # the reduce-scatter in bfloat16
+    return jax.lax.psum_scatter(g.astype(jnp.bfloat16), "data", scatter_dimension=0,
+                                tiled=True).astype(g.dtype)
+
+
+def _whole_exchanged(g):  # the whole g to the other replica by all-to-all, then a slice
+    r, h = jax.lax.axis_index("data"), g.shape[0] // 2
+    got = jax.lax.all_to_all(jnp.stack([g, g]), "data", split_axis=0, concat_axis=0, tiled=True)
+    return jax.lax.dynamic_slice_in_dim(got[0] + got[1], r * h, h, axis=0)
+
+
+GRID_SCATTER_WRONG = {
+    "chapter 4's g": (lambda g: jax.lax.dynamic_slice_in_dim(
+        megatron.reduce_from_tp_region(g, "data"), jax.lax.axis_index("data") * (g.shape[0] // 2),
+        g.shape[0] // 2, axis=0), r"write what `tpviz\.megatron\.reduce_from_tp_region`"),
+    "whole g exchanged by all-to-all": (_whole_exchanged, "all-to-all.* of 512 bytes"),
+    "the mean": (_mean, "wrong values"),
+    "halves swapped": (_swapped, "wrong values"),
+    "a norm all-reduced over tensor": (_tensor_logged, "along"),
+    "in bf16": (_bf16_scatter, "wrong values|bytes"),
+}
+
+
+def test_grid_reduce_scatter_right_program_passes(capsys):
+    passes(ex.check_grid_reduce_scatter, reduce_gradient, capsys=capsys)
+
+
+def test_grid_reduce_scatter_by_all_to_all_passes(capsys):
+    """One all-to-all of the halves sends what a reduce-scatter sends (half of g per device):
+    the prompt asks only that it send no more than it must."""
+    passes(ex.check_grid_reduce_scatter, _by_all_to_all, capsys=capsys)
+
+
+@pytest.mark.parametrize("name", sorted(GRID_SCATTER_WRONG))
+def test_grid_reduce_scatter_wrong_program_fails(name):
+    wrong, words = GRID_SCATTER_WRONG[name]
+    fails(ex.check_grid_reduce_scatter, wrong, words=words)
