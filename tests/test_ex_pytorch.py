@@ -8,7 +8,6 @@ import pytest
 from checking import fails
 
 import tpviz
-from tpviz.pytorch import shard
 
 torch = pytest.importorskip("torch")
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
@@ -18,6 +17,8 @@ from torch.distributed.tensor.parallel import (  # noqa: E402
     RowwiseParallel,
     SequenceParallel,
 )
+
+from tpviz.pytorch import shard  # noqa: E402
 
 ex = tpviz.exercises
 
