@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from tpviz.errors import ScheduleError
-from tpviz.pipeline import schedule, simulate, spmd, steady_state
+from tpviz.pipeline import schedule, simulate, spmd, steady_state, zoo
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
@@ -405,3 +405,9 @@ def test_chimera_rebuilt_for_longer_backwards_trades_activations_for_idle_time()
         assert max(rebuilt.peak_activations) > max(paper.peak_activations) == 8
     with pytest.raises(ScheduleError, match="backward_ticks"):
         chimera(8, 16, backward_ticks=5)
+
+
+def test_build_refuses_a_name_outside_the_zoo():
+    # zoo.build("1f1b", ...) used to fall through to DualPipe's order
+    with pytest.raises(ScheduleError, match="not a schedule of chapter 8's zoo"):
+        zoo.build("1f1b", 4, 8)

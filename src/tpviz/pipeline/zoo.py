@@ -43,6 +43,9 @@ CHUNKS = {"zb-v": 2, "dualpipev": 2}  # model chunks per device
 
 def needs(name: str, p: int, m: int) -> None:
     """Raise a ScheduleError when (p, m) do not suit the schedule."""
+    if name not in SYNC + ASYNC:
+        raise ScheduleError(f"{name!r} is not a schedule of chapter 8's zoo; choose one of "
+                            f"{', '.join(SYNC + ASYNC)} (chapter 7's are pipeline.schedule's).")
     if name in ("chimera", "dualpipe") and p % 2:
         raise ScheduleError(f"{name} pairs device d with device p-1-d, so stages must be even; "
                             f"got {p}. Try {p + 1}.")
