@@ -43,6 +43,7 @@ from tpviz.grading.jobs import Cache, Context, Result, grade_one
 from tpviz.grading.prepare import exercises_of
 from tpviz.grading.progress import Progress
 from tpviz.grading.release import DEFAULT_TIMEOUT_S, Course, chapters
+from tpviz.grading.warm import CompileCaches
 
 DEFAULT_WORKERS = 2
 HEADER = ["student", "chapter", "exercise", "points", "max_points", "note"]
@@ -134,7 +135,8 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
                   {c: exercises_of(nb) for c, nb in releases.items()}, timeout)
     cache = Cache(out, f"timeout={timeout}", releases)
     jobs = [(s, c, p) for s, subs in sorted(found.items()) for c, p in sorted(subs.items())]
-    results = run_all(ctx, cache, jobs, workers, regrade)
+    with CompileCaches() as caches:
+        results = run_all(ctx, cache, jobs, workers, regrade, caches)
     table = io.StringIO()
     writer = csv.writer(table, lineterminator="\n")
     writer.writerow(HEADER)
@@ -159,10 +161,10 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
 STARTUP_JUDGE_S = 120  # the judge's first request imports JAX and tpviz
 
 
-def run_all(ctx: Context, cache: Cache, jobs: list, workers: int,
-            regrade: bool) -> dict[tuple[str, str], Result]:
-    """Grade the jobs (cached ones are kept); on Ctrl-C or SIGTERM, stop every sandbox, keep
-    what finished and raise ``KeyboardInterrupt``."""
+def run_all(ctx: Context, cache: Cache, jobs: list, workers: int, regrade: bool,
+            caches: CompileCaches) -> dict[tuple[str, str], Result]:
+    """Grade the jobs (cached ones are kept), each chapter's compile cache filled first; on
+    Ctrl-C or SIGTERM, stop every sandbox, keep what finished and raise ``KeyboardInterrupt``."""
     results: dict[tuple[str, str], Result] = {}
     progress = Progress(len(jobs), workers)
     todo = []
@@ -184,6 +186,11 @@ def run_all(ctx: Context, cache: Cache, jobs: list, workers: int,
         threading.current_thread() is threading.main_thread()) else None
     pool = ThreadPoolExecutor(max(1, min(workers, len(todo) or 1)))
     try:
+        warm = sorted({chapter for _, chapter, _ in todo})
+        if warm:
+            ctx.judge.start()  # its imports overlap the warm-up
+        for line in pool.map(lambda chapter: caches.warm(ctx, chapter), warm):
+            progress.note(line)
         futures = {pool.submit(work, *job): job for job in todo}
         for future in as_completed(futures):
             r, data = future.result()

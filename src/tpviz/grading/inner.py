@@ -31,9 +31,9 @@ def kill_all() -> None:
             proc.kill()
 
 
-def _start(sandbox, command: list[str], pass_fds=()) -> subprocess.Popen:
+def _start(sandbox, command: list[str], pass_fds=(), **cache) -> subprocess.Popen:
     proc = sandbox.popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, pass_fds=pass_fds)
+                         stderr=subprocess.PIPE, pass_fds=pass_fds, **cache)
     with _LOCK:
         LIVE.add(proc)
     return proc
@@ -48,11 +48,12 @@ def _forget(proc: subprocess.Popen) -> None:
 
 
 def run(sandbox, command: list[str], job: bytes, seconds: float, on_line=None,
-        pass_fds=()) -> tuple[int | None, str, bool]:
-    """Run ``command`` inside with ``job`` on stdin; call ``on_line(bytes)`` for each line of its
-    stdout. Returns its exit code (None: killed at the deadline), the end of its stderr, and
-    whether its output was cut at :data:`MAX_OUTPUT`."""
-    proc = _start(sandbox, command, pass_fds)
+        pass_fds=(), **cache) -> tuple[int | None, str, bool]:
+    """Run ``command`` inside with ``job`` on stdin (``cache``: a compile cache and whether to
+    fill it, see :meth:`Sandbox.popen`); call ``on_line(bytes)`` for each line of its stdout.
+    Returns its exit code (None: killed at the deadline), the end of its stderr, and whether its
+    output was cut at :data:`MAX_OUTPUT`."""
+    proc = _start(sandbox, command, pass_fds, **cache)
     tail, cut = [""], [False]
 
     def feed():
@@ -98,14 +99,22 @@ class Judge:
         self.proc: subprocess.Popen | None = None
         self.lock = threading.Lock()
 
+    def start(self) -> None:
+        """Start the judge process now (its imports overlap other work), if it is not running."""
+        with self.lock:
+            self._running()
+
+    def _running(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.proc = _start(self.sandbox, [sys.executable, "-m", "tpviz.grading.judge"])
+            os.set_blocking(self.proc.stdout.fileno(), True)
+            threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+
     def __call__(self, checker: str, args: list, kwargs: dict) -> tuple[str, str]:
         request = json.dumps({"checker": checker, "args": args, "kwargs": kwargs}) + "\n"
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self.close()
-                self.proc = _start(self.sandbox, [sys.executable, "-m", "tpviz.grading.judge"])
-                os.set_blocking(self.proc.stdout.fileno(), True)
-                threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+            self._running()
             reply = self._ask(request.encode())
         if reply is None:
             return "wrong", "✗ your answer could not be judged in time (the judge was restarted)"

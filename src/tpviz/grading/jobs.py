@@ -27,7 +27,9 @@ from tpviz.grading import inner
 from tpviz.grading.prepare import Exercise, prepare
 
 CACHE = ".tpviz-cache"
-PHASE_A = [sys.executable, "-m", "tpviz.grading.runner"]
+# the runner as a script: it imports nothing of tpviz (see its docstring); -P keeps its folder
+# off sys.path
+PHASE_A = [sys.executable, "-P", str(Path(__file__).with_name("runner.py"))]
 PHASE_B = [sys.executable, "-m", "tpviz.grading.fnrun"]
 STARTUP_S = 90  # a sandboxed Python's imports and devices, on a loaded machine
 
@@ -62,9 +64,14 @@ class Context:
     releases: dict  # chapter -> released notebook (dict)
     exercises: dict  # chapter -> list[Exercise]
     timeout: int
+    caches: dict = field(default_factory=dict)  # chapter -> its compile cache (tpviz.grading.warm)
 
 
-def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
+def run_notebook(ctx: Context, prepared, cache: Path | None,
+                 fill: bool = False) -> tuple[dict, set, dict | None, str]:
+    """Run the prepared notebook in a sandbox, with a compile cache read-only (or writable:
+    ``fill``, the warm-up); its answers, the exercises that timed out, the executed notebook and
+    what went wrong."""
     answers, late, box = {}, set(), {}
 
     def on_line(line: bytes) -> None:
@@ -84,7 +91,8 @@ def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
     job = json.dumps({"notebook": prepared.notebook, "exercises": prepared.exercises,
                       "timeout": ctx.timeout}).encode()
     seconds = STARTUP_S + max(600, 6 * ctx.timeout)
-    code, _, cut = inner.run(ctx.sandbox, PHASE_A, job, seconds, on_line)
+    code, _, cut = inner.run(ctx.sandbox, PHASE_A, job, seconds, on_line,
+                             cache=cache, fill=fill)
     why = ""
     if code is None:
         why = f"the notebook was stopped after {seconds} s"
@@ -158,7 +166,7 @@ def grade_one(ctx: Context, student: str, chapter: str, data: bytes) -> Result:
         result.rows = [[ex.grade_id, 0, _n(ex.points), "not graded"] for ex in exercises]
         return result
     result.notes = prepared.notes
-    answers, late, result.notebook, why = _events(ctx, prepared)
+    answers, late, result.notebook, why = run_notebook(ctx, prepared, ctx.caches.get(chapter))
     result.phases = {"notebook": round(time.perf_counter() - start, 1), "values": 0.0,
                      "functions": 0.0}
     if why:
