@@ -3,7 +3,6 @@
 plain data that leaves a sandbox, and the function runner's guard."""
 
 import json
-import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -126,18 +125,18 @@ def test_plain_data_keeps_values_and_drops_behaviour():
 
 
 def _fnrun(source: str, checker_name: str, expr: str):
-    read, write = os.pipe()
+    """The verdict lines a function answer's check writes (one fork of tpviz.grading.fnserve)."""
     job = {"checker": checker_name, "args": [{"code": expr, "callable": True}], "kwargs": {},
            "source": source, "context": {"jax": {"module": "jax"},
                                          "P": {"ref": ["jax.sharding", "PartitionSpec"]}},
-           "key": "k3y", "verdict_fd": write}
-    run = subprocess.run([sys.executable, "-m", "tpviz.grading.fnrun"], pass_fds=(write,),
-                         input=json.dumps(job), capture_output=True, text=True, timeout=300)
-    os.close(write)
-    with os.fdopen(read) as f:
-        lines = f.read().splitlines()
+           "key": "k3y", "seconds": 300}
+    run = subprocess.run([sys.executable, "-P", "-m", "tpviz.grading.fnserve", checker_name],
+                         input=json.dumps(job) + "\n", capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    return [json.loads(line) for line in lines]
+    (reply,) = [json.loads(line) for line in run.stdout.splitlines()]
+    assert not reply["more"] and not reply["timed_out"]  # outside a sandbox: one job, then out
+    return [json.loads(line) for line in reply["verdict"].splitlines()]
 
 
 @pytest.mark.slow
@@ -157,3 +156,59 @@ def test_a_function_answer_cannot_reach_into_its_checker():
               "        except OSError:\n            pass\n    os._exit(0)\n")
     lines = _fnrun(forged, "check_explicit_reshard", "to_rows")
     assert all(line["key"] != "k3y" for line in lines)  # nothing the grading would accept
+
+
+def _sandbox():
+    pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
+    from tpviz.grading.isolate import Sandbox
+
+    return Sandbox()
+
+
+@pytest.mark.slow
+def test_one_function_check_cannot_reach_the_next():
+    """A submission's function answers are checked in forks of one process in one sandbox: what
+    an exercise leaves (a process started past the audit hook, a file, an endless compiled loop,
+    the killed parent) is gone before the next one is checked, which passes."""
+    from types import SimpleNamespace
+
+    from tpviz.grading import inner
+    from tpviz.grading.jobs import PHASE_B, function_verdict
+
+    box = _sandbox()
+    checks = inner.Server(box, [*PHASE_B, "check_explicit_reshard"], 300)
+    ex = SimpleNamespace(checker="check_explicit_reshard")
+    right = "def to_rows(a):\n    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n"
+    clean = ("import os\ndef to_rows(a):\n"
+             "    procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+             "    assert len(procs) == 3 and not os.listdir('/tmp/home'), (procs, os.listdir('/tmp'))\n"
+             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
+    # a process started past the audit hook (Python 3.11's _posixsubprocess raises no event)
+    spawn = ("def spawn(*argv):\n    import _posixsubprocess, os\n    r, w = os.pipe()\n"
+             "    _posixsubprocess.fork_exec(list(argv), [argv[0].encode()], True, (), None, None, "
+             "-1, -1, -1, -1, -1, -1, r, w, False, True, -1, None, None, None, -1, None, False)\n")
+    leave = (spawn + "import jax\ndef to_rows(a):\n    open('/tmp/home/left', 'w').write('x')\n"
+             "    spawn('/bin/sleep', '600')\n    with jax.ensure_compile_time_eval():  # runs now\n"
+             "        jax.jit(lambda x: jax.lax.while_loop(lambda c: c > -1.0, lambda c: c + 1.0, "
+             "x))(0.0).block_until_ready()\n")
+    stop = (spawn + "def to_rows(a):\n    spawn('/bin/kill', '-9', '2')\n"
+            "    import time\n    time.sleep(30)\n")
+
+    def verdict(source, seconds=120):
+        data = {"args": [{"code": "to_rows", "callable": True}], "kwargs": {}, "source": source,
+                "context": {"jax": {"module": "jax"},
+                            "P": {"ref": ["jax.sharding", "PartitionSpec"]}}}
+        return function_verdict(checks, ex, data, seconds)
+
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the answers start processes through Python 3.11's _posixsubprocess")
+    try:
+        assert verdict(right)[0] == "ok"
+        status, message = verdict(leave, seconds=15)
+        assert status == "wrong" and "took more than 15 s" in message
+        assert verdict(clean) == verdict(right)  # the same process: nothing left behind
+        status, message = verdict(stop)
+        assert status == "wrong" and "did not report" in message
+        assert verdict(clean)[0] == "ok"  # a new process
+    finally:
+        checks.close()
