@@ -153,8 +153,11 @@ class Sandbox:
     def probe(self) -> str:
         """Why a sandbox cannot be made here ("" if it can)."""
         try:
-            run = subprocess.run(self.argv([sys.executable, "-c", "import tpviz"]),
+            find = "import importlib.util as u, sys; sys.exit(u.find_spec('tpviz') is None)"
+            run = subprocess.run(self.argv([sys.executable, "-c", find]),
                                  capture_output=True, text=True, timeout=60, env={})
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"{self.bwrap}: {e}"
-        return "" if run.returncode == 0 else (run.stderr.strip() or f"exit {run.returncode}")
+        return "" if run.returncode == 0 else (run.stderr.strip()[-2000:] or (
+            "tpviz cannot be found inside the sandbox" if run.returncode == 1
+            else f"exit {run.returncode}"))

@@ -204,9 +204,9 @@ def code_digest() -> str:
 class Cache:
     """Results in ``<out>/.tpviz-cache/<student>/<chapter>.json``, each under its key."""
 
-    def __init__(self, out: Path, settings: str, releases: dict):
+    def __init__(self, out: Path, settings: str, releases: dict, digest: str | None = None):
         self.folder, self.releases = out / CACHE, releases
-        self.settings = settings + code_digest()
+        self.settings = settings + (digest or code_digest())
 
     def key(self, chapter: str, data: bytes) -> str:
         h = hashlib.sha256(self.settings.encode())
