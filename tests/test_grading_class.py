@@ -1,20 +1,20 @@
 """A class that tries to cheat, graded end to end (issue 41): every attack of the hostile probe,
 replayed against a course generated from chapter 00, beside honest submissions.
 
-Each case is handed in once, in the fewest notebooks that keep the cases apart (each notebook
-runs the whole chapter, so each costs a chapter's run). The honest ones: ada (all right, a
-secret comment no one else may read, a check cell's grade_id renamed and an answer cell marked
-as graded), bob (all wrong; his 0.1 is a number whose ``float()`` reads the expected value and
-his 0.6 has strings equal to everything beside the right count), "cy young" (untouched, in a
-nested folder whose name has a space). mallory answers nothing and tries, one cell each, what
-scored full marks before: reading the solutions, the others' work and the instructor's folder,
-writing the compile cache every submission reads, writing the gradebook, the grade sheet and
-the cache from a process left behind, replacing the checkers, the reporter ``_judge``, the
-grading switch with a muted ``print``, a fake ``tpviz`` and an input transformer. Two more show
-what a submission may still lose: lou (right, but an endless compiled loop in 0.1: that
-exercise only) and kim (0.1 and 0.2 right, then kills everything in its own sandbox, the attack
-on the grading process: the rest of its own notebook only). A notebook in no student's folder
-is reported and not graded.
+Each notebook runs the whole chapter, so the cases share the fewest notebooks that keep them
+apart. ada is honest: all right, with a secret comment no one else may read, a check cell's
+grade_id renamed, an answer cell marked as graded, in a nested folder whose name has a space.
+bob answers wrong, and his 0.1 is a number whose ``float()`` reads the expected value and his
+0.6 has strings equal to everything beside the right count. mallory leaves every answer as
+the stub (the untouched case) and tries, one cell each, what scored full marks before: reading
+the solutions, the others' work and the instructor's folder, writing the compile cache every
+submission reads, writing the gradebook, the grade sheet and the cache from a process left
+behind, replacing the checkers, the reporter ``_judge``, the grading switch with a muted
+``print``, a fake ``tpviz`` and an input transformer. lou shows what a submission may still
+lose: an endless compiled loop in 0.1 costs that exercise only (0.2 is right and scores), then
+its 0.3 kills everything in its own sandbox, the attack on the grading process: that costs the
+rest of its own notebook only (its later answers are right but never reached). A notebook in no
+student's folder is reported and not graded.
 """
 
 import csv
@@ -31,7 +31,8 @@ pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[
 
 from tpviz.grading.grade import main
 from tpviz.grading.isolate import Sandbox
-from tpviz.grading.release import release
+from tpviz.grading.jobs import CACHE, code_digest
+from tpviz.grading.release import released_chapters
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTER = "00_devices_meshes_shardings"
@@ -106,13 +107,23 @@ def _meta(cell):
 
 @pytest.fixture(scope="module")
 def student(tmp_path_factory):
-    """The student copy of the chapter (nbgrader's release) and the book's answers."""
-    root = tmp_path_factory.mktemp("student")
-    release(BOOK, root, [CHAPTER])
-    book_nb = json.loads((BOOK / f"{CHAPTER}.ipynb").read_text())
+    """The class's folder, with the chapter released by nbgrader into the grading's own kept
+    releases (as a first run keeps it); the student copy; the book's answers."""
+    root = tmp_path_factory.mktemp("class")
+    chapter = BOOK / f"{CHAPTER}.ipynb"
+    (root / "tmp").mkdir()
+    saved, tempfile.tempdir = tempfile.tempdir, str(root / "tmp")  # the course goes there
+    try:
+        released = released_chapters([chapter], root / "grades" / CACHE / ".releases",
+                                     code_digest(), timeout=TIMEOUT_S)[CHAPTER]
+    finally:
+        tempfile.tempdir = saved
+    (root / "student").mkdir()
+    (root / "student" / chapter.name).write_text(json.dumps(released, indent=1))
+    book_nb = json.loads(chapter.read_text())
     right = {_meta(c)["grade_id"]: "".join(c["source"]) for c in book_nb["cells"]
              if _meta(c).get("solution")}
-    return root / f"{CHAPTER}.ipynb", right
+    return root, root / "student" / chapter.name, right
 
 
 def _cell(source: str) -> dict:
@@ -121,9 +132,8 @@ def _cell(source: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory, student):
-    copy, right = student
-    root = tmp_path_factory.mktemp("class")
+def graded(student):
+    root, copy, right = student
     subs, out = root / "submissions", root / "grades"
     expected = {}
 
@@ -162,21 +172,18 @@ def graded(tmp_path_factory, student):
         read = FIND.format(book=BOOK, subs=subs, out=out, secret=(SECRET[:4], SECRET[4:]))
         nb["cells"][at:at] = [_cell(code) for code in (read, *ATTACKS.values())]
 
-    def kim(nb):
-        answers(nb, {"ex0_1", "ex0_2"})
+    def lou(nb):
+        answers(nb, first=COMPILED_LOOP)
         answer(nb, "ex0_3")["source"] = KILL
 
     none = dict.fromkeys(FULL, 0)
-    hand_in("ada", FULL, ada)
+    hand_in("ada lovelace/homework", FULL, ada)
     hand_in("bob", none, bob)
-    hand_in("cy young/homework", none, lambda nb: None)
     hand_in("mallory", none, mallory)
-    hand_in("kim", {**none, "ex0_1": 1, "ex0_2": 1}, kim)
-    hand_in("lou", {**FULL, "ex0_1": 0}, lambda nb: answers(nb, first=COMPILED_LOOP))
-    (subs / f"{CHAPTER}.ipynb").write_text((subs / "ada" / f"{CHAPTER}.ipynb").read_text())
+    hand_in("lou", {**none, "ex0_2": 1}, lou)
+    (subs / f"{CHAPTER}.ipynb").write_text(copy.read_text())  # in no student's folder
     started = time.monotonic()
-    (root / "tmp").mkdir()
-    saved, tempfile.tempdir = tempfile.tempdir, str(root / "tmp")  # the course goes there
+    saved, tempfile.tempdir = tempfile.tempdir, str(root / "tmp")
     try:
         code = main([str(subs), str(out), "--book", str(BOOK), "--timeout", str(TIMEOUT_S)])
     finally:
@@ -212,7 +219,7 @@ def test_nothing_outlives_the_run_or_writes_the_records(graded):
     for cached in (root / "grades" / ".tpviz-cache").glob("*/*.json"):
         if not cached.parent.name.startswith("."):  # a result, not a kept release
             assert "99" not in json.loads(cached.read_text())["rows"].__repr__()
-    assert not list((root / "tmp").glob("tpviz-course-*"))  # the solutions are gone
+    assert not list((root / "tmp").iterdir())  # the course (the solutions) is gone, and all
 
 
 def test_no_attack_reads_the_solutions_or_anothers_work(graded):
@@ -225,20 +232,20 @@ def test_no_attack_reads_the_solutions_or_anothers_work(graded):
     assert re.search(r"CACHE READ-ONLY [1-9]", printed), printed  # it saw the compile cache
     cached = [f for f in (root / "grades" / ".tpviz-cache" / ".jax").rglob("*") if f.is_file()]
     assert len(cached) > 1 and not any(f.read_bytes() == b"poison" for f in cached)
-    for page in (root / "grades" / "feedback").rglob("*.html"):
-        if "ada" not in page.parts[-1] and page.parent.name != "ada":
-            assert SECRET not in page.read_text(), page
+    pages = list((root / "grades" / "feedback").rglob("*.html"))
+    assert sum(SECRET in page.read_text() for page in pages) == 1  # ada's notebook page only
+    assert SECRET in (root / "grades" / "feedback" / "ada lovelace" / f"{CHAPTER}.html").read_text()
 
 
 def test_layout_problems_are_reported_and_the_rest_graded(graded):
     root, _, _, _ = graded
     feedback = root / "grades" / "feedback"
-    cy = (feedback / "cy young.html").read_text()
-    assert "found in a sub-folder; graded as cy young&#x27;s" in cy
-    assert (feedback / "cy young" / f"{CHAPTER}.html").exists()
-    ada = (feedback / "ada.html").read_text()
+    ada = (feedback / "ada lovelace.html").read_text()
+    assert "found in a sub-folder; graded as ada lovelace&#x27;s" in ada
+    assert (feedback / "ada lovelace" / f"{CHAPTER}.html").exists()
     assert "grade_id was changed from &#x27;ex0_1&#x27; to &#x27;my_ex0_1&#x27;" in ada
     assert "is marked as graded, but it is not a check cell" in ada
+    assert "ended early" in (feedback / "lou.html").read_text()
 
 
 def test_grading_again_keeps_everything_and_is_quick(graded, capsys, monkeypatch):
@@ -260,36 +267,45 @@ def test_grading_again_keeps_everything_and_is_quick(graded, capsys, monkeypatch
     assert log.count("unchanged, kept") == len(expected)
     assert "compiled programs cached" not in log  # nothing to grade: no warm-up
     assert "done" in log and (root / "grades" / "grades.csv").read_text() == sheet
-    assert os.path.exists(root / "grades" / "feedback" / "ada.html")
+    assert os.path.exists(root / "grades" / "feedback" / "ada lovelace.html")
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_cleanly_and_the_next_run_goes_on(student, tmp_path):
+def test_ctrl_c_stops_cleanly_and_the_next_run_goes_on(graded, tmp_path):
     """Ctrl-C while a submission runs, after another was graded: everything stops, nothing but
-    the graded one's result is kept, and the same command goes on from there."""
+    the graded one's result is kept, and the same command goes on from there. (It starts from
+    the release and the compile cache that the class's run kept, as a second run would.)"""
+    import shutil
     import signal
     import subprocess
     import sys
 
+    root = graded[0]
+    for kept in (".releases", ".jax"):
+        shutil.copytree(root / "grades" / CACHE / kept, tmp_path / "grades" / CACHE / kept)
     subs = tmp_path / "submissions"
     (subs / "a").mkdir(parents=True)
     (subs / "a" / f"{CHAPTER}.ipynb").write_text("not a notebook")  # graded at once: 0
     (subs / "b").mkdir(parents=True)
-    (subs / "b" / f"{CHAPTER}.ipynb").write_text(student[0].read_text())
+    (subs / "b" / f"{CHAPTER}.ipynb").write_text((root / "student" / f"{CHAPTER}.ipynb")
+                                                 .read_text())
     command = [sys.executable, "-m", "tpviz.grading.grade", str(subs), str(tmp_path / "grades"),
                "--book", str(BOOK), "--workers", "1", "--timeout", str(TIMEOUT_S)]
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     run = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
     for line in run.stderr:
+        seen.append(line)
         if "a/" in line and "points" in line:  # a is graded, b's notebook runs: stop now
             time.sleep(2)
             run.send_signal(signal.SIGINT)
             break
     rest = run.communicate(timeout=120)[1]
     assert run.returncode == 130 and "interrupted: 1 of 2" in rest, rest
+    assert "compiled programs kept from an earlier run" in "".join(seen), seen
     assert not (tmp_path / "grades" / "grades.csv").exists()
-    assert not list((tmp_path / "tmp").iterdir())  # the course and the compile cache: gone
+    assert not list((tmp_path / "tmp").iterdir())  # nothing left in the temporary folder
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(subs) not in ps and "grading/runner.py" not in ps, ps
     again = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
