@@ -139,25 +139,6 @@ def _fnrun(source: str, checker_name: str, expr: str):
     return [json.loads(line) for line in reply["verdict"].splitlines()]
 
 
-@pytest.mark.slow
-def test_a_function_answer_cannot_reach_into_its_checker():
-    right = ("def to_rows(a):\n    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
-    (ok,) = _fnrun(right, "check_explicit_reshard", "to_rows")
-    assert ok["key"] == "k3y" and ok["status"] == "ok"
-    frames = ("import sys\ndef to_rows(a):\n    sys._getframe(1)\n    return a\n")
-    (refused,) = _fnrun(frames, "check_explicit_reshard", "to_rows")
-    assert refused["status"] == "wrong" and "sys._getframe" in refused["message"]
-    patched = ("import tpviz.layouts.exercises as m\ndef to_rows(a):\n"
-               "    m.expect_array = lambda *a, **k: None\n    return a\n")
-    (caught,) = _fnrun(patched, "check_explicit_reshard", "to_rows")
-    assert caught["status"] == "wrong"
-    forged = ("import os\ndef to_rows(a):\n    for fd in range(3, 64):\n        try:\n"
-              "            os.write(fd, b'{\"key\": \"guess\", \"status\": \"ok\"}\\n')\n"
-              "        except OSError:\n            pass\n    os._exit(0)\n")
-    lines = _fnrun(forged, "check_explicit_reshard", "to_rows")
-    assert all(line["key"] != "k3y" for line in lines)  # nothing the grading would accept
-
-
 def _sandbox():
     pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
     from tpviz.grading.isolate import Sandbox
@@ -165,34 +146,29 @@ def _sandbox():
     return Sandbox()
 
 
+RIGHT = "def to_rows(a):\n    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n"
+# a process started past the audit hook (Python 3.11's _posixsubprocess raises no event)
+SPAWN = ("def spawn(*argv):\n    import _posixsubprocess, os\n    r, w = os.pipe()\n"
+         "    _posixsubprocess.fork_exec(list(argv), [argv[0].encode()], True, (), None, None, "
+         "-1, -1, -1, -1, -1, -1, r, w, False, True, -1, None, None, None, -1, None, False)\n")
+
+
 @pytest.mark.slow
-def test_one_function_check_cannot_reach_the_next():
-    """A submission's function answers are checked in forks of one process in one sandbox: what
-    an exercise leaves (a process started past the audit hook, a file, an endless compiled loop,
-    the killed parent) is gone before the next one is checked, which passes."""
+def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
+    """Outside a sandbox, the function runner checks one answer and exits. In a submission's
+    sandbox it checks each answer in a fork of one process: an answer cannot read the checker's
+    frames, replace the library or forge its verdict, and what one leaves (a process started
+    past the audit hook, a file, an endless compiled loop, the killed parent) is gone before the
+    next one is checked, which passes."""
     from types import SimpleNamespace
 
     from tpviz.grading import inner
     from tpviz.grading.jobs import PHASE_B, function_verdict
 
-    box = _sandbox()
-    checks = inner.Server(box, [*PHASE_B, "check_explicit_reshard"], 300)
+    (ok,) = _fnrun(RIGHT, "check_explicit_reshard", "to_rows")
+    assert ok["key"] == "k3y" and ok["status"] == "ok"
+    checks = inner.Server(_sandbox(), [*PHASE_B, "check_explicit_reshard"], 300)
     ex = SimpleNamespace(checker="check_explicit_reshard")
-    right = "def to_rows(a):\n    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n"
-    clean = ("import os\ndef to_rows(a):\n"
-             "    procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
-             "    assert len(procs) == 3 and not os.listdir('/tmp/home'), (procs, os.listdir('/tmp'))\n"
-             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
-    # a process started past the audit hook (Python 3.11's _posixsubprocess raises no event)
-    spawn = ("def spawn(*argv):\n    import _posixsubprocess, os\n    r, w = os.pipe()\n"
-             "    _posixsubprocess.fork_exec(list(argv), [argv[0].encode()], True, (), None, None, "
-             "-1, -1, -1, -1, -1, -1, r, w, False, True, -1, None, None, None, -1, None, False)\n")
-    leave = (spawn + "import jax\ndef to_rows(a):\n    open('/tmp/home/left', 'w').write('x')\n"
-             "    spawn('/bin/sleep', '600')\n    with jax.ensure_compile_time_eval():  # runs now\n"
-             "        jax.jit(lambda x: jax.lax.while_loop(lambda c: c > -1.0, lambda c: c + 1.0, "
-             "x))(0.0).block_until_ready()\n")
-    stop = (spawn + "def to_rows(a):\n    spawn('/bin/kill', '-9', '2')\n"
-            "    import time\n    time.sleep(30)\n")
 
     def verdict(source, seconds=120):
         data = {"args": [{"code": "to_rows", "callable": True}], "kwargs": {}, "source": source,
@@ -200,15 +176,34 @@ def test_one_function_check_cannot_reach_the_next():
                             "P": {"ref": ["jax.sharding", "PartitionSpec"]}}}
         return function_verdict(checks, ex, data, seconds)
 
-    if sys.version_info[:2] != (3, 11):
-        pytest.skip("the answers start processes through Python 3.11's _posixsubprocess")
+    frames = "import sys\ndef to_rows(a):\n    sys._getframe(1)\n    return a\n"
+    patched = ("import tpviz.layouts.exercises as m\ndef to_rows(a):\n"
+               "    m.expect_array = lambda *a, **k: None\n    return a\n")
+    forged = ("import os\ndef to_rows(a):\n    for fd in range(3, 64):\n        try:\n"
+              "            os.write(fd, b'{\"key\": \"guess\", \"status\": \"ok\"}\\n')\n"
+              "        except OSError:\n            pass\n    os._exit(0)\n")
+    clean = ("import os\ndef to_rows(a):\n"
+             "    procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+             "    assert len(procs) == 3 and not os.listdir('/tmp/home'), (procs, os.listdir('/tmp'))\n"
+             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
+    leave = (SPAWN + "import jax\ndef to_rows(a):\n    open('/tmp/home/left', 'w').write('x')\n"
+             "    spawn('/bin/sleep', '600')\n    with jax.ensure_compile_time_eval():  # runs now\n"
+             "        jax.jit(lambda x: jax.lax.while_loop(lambda c: c > -1.0, lambda c: c + 1.0, "
+             "x))(0.0).block_until_ready()\n")
+    stop = (SPAWN + "def to_rows(a):\n    spawn('/bin/kill', '-9', '2')\n"
+            "    import time\n    time.sleep(30)\n")
     try:
-        assert verdict(right)[0] == "ok"
-        status, message = verdict(leave, seconds=15)
-        assert status == "wrong" and "took more than 15 s" in message
-        assert verdict(clean) == verdict(right)  # the same process: nothing left behind
-        status, message = verdict(stop)
-        assert status == "wrong" and "did not report" in message
-        assert verdict(clean)[0] == "ok"  # a new process
+        status, message = verdict(frames)
+        assert status == "wrong" and "sys._getframe" in message
+        assert verdict(patched)[0] == "wrong"
+        status, message = verdict(forged)
+        assert status == "wrong" and "did not report normally" in message
+        if sys.version_info[:2] == (3, 11):  # the answers start processes the 3.11 way
+            status, message = verdict(leave, seconds=15)
+            assert status == "wrong" and "took more than 15 s" in message
+            assert verdict(clean) == verdict(RIGHT)  # the same process: nothing left behind
+            status, message = verdict(stop)
+            assert status == "wrong" and "did not report" in message
+        assert verdict(clean)[0] == "ok"
     finally:
         checks.close()
