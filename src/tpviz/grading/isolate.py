@@ -104,9 +104,12 @@ class Sandbox:
         compile ``cache``, JAX reads it (``fill``: and writes every compilation into it)."""
         bindir = str(Path(sys.executable).parent)
         jax = {} if cache is None else {
-            "JAX_COMPILATION_CACHE_DIR": CACHE_INSIDE if self.safe else str(cache),
+            "JAX_COMPILATION_CACHE_DIR": CACHE_INSIDE if self.safe else str(cache.resolve()),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0" if fill else NEVER_S,
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+            # no XLA GPU caches beside it: JAX 0.7 and 0.10 put their folder's path into every
+            # program's key, so a cache filled in one folder would miss in another
+            "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}
         return {**jax, "HOME": "/tmp/home", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                 "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
                 "PYTHONPATH": str(self.pythonpath), "PYTHONDONTWRITEBYTECODE": "1",
@@ -130,7 +133,7 @@ class Sandbox:
         for path in _outermost(["/usr", "/etc", *self.binds]):
             args += ["--ro-bind", str(path), str(path)]
         if cache is not None:
-            args += ["--bind" if fill else "--ro-bind", str(cache), CACHE_INSIDE]
+            args += ["--bind" if fill else "--ro-bind", str(cache.resolve()), CACHE_INSIDE]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
                  "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--dir", "/tmp/home",
                  "--chdir", "/tmp/home"]
