@@ -29,7 +29,7 @@ from tpviz.grading.prepare import Exercise, prepare
 CACHE = ".tpviz-cache"
 # the runner as a script: it imports nothing of tpviz (see its docstring); -P keeps its folder
 # off sys.path
-PHASE_A = [sys.executable, "-P", str(Path(__file__).with_name("runner.py"))]
+PHASE_A = [sys.executable, "-P", str(Path(__file__).resolve().with_name("runner.py"))]
 PHASE_B = [sys.executable, "-P", "-m", "tpviz.grading.fnserve", "--many"]
 STARTUP_S = 90  # a sandboxed Python's imports and devices, on a loaded machine
 
