@@ -3,9 +3,13 @@
 plain data that leaves a sandbox, and the function runner's guard."""
 
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,6 +143,20 @@ def _fnrun(source: str, checker_name: str, expr: str):
     return [json.loads(line) for line in reply["verdict"].splitlines()]
 
 
+def _wait_for_process(cmdline: bytes, seconds: float = 180) -> None:
+    """Wait until a process of this machine (any sandbox's included) runs ``cmdline``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == cmdline:
+                    return
+            except OSError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"no process ran {cmdline!r} within {seconds} s")
+
+
 def _sandbox():
     pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
     from tpviz.grading.isolate import Sandbox
@@ -167,14 +185,16 @@ def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
 
     (ok,) = _fnrun(RIGHT, "check_explicit_reshard", "to_rows")
     assert ok["key"] == "k3y" and ok["status"] == "ok"
-    checks = inner.Server(_sandbox(), [*PHASE_B, "check_explicit_reshard"], 300)
+    sandbox = _sandbox()
+    command = [*PHASE_B, "check_explicit_reshard"]
+    checks, other = inner.Server(sandbox, command, 300), inner.Server(sandbox, command, 300)
     ex = SimpleNamespace(checker="check_explicit_reshard")
 
-    def verdict(source, seconds=120):
+    def verdict(source, seconds=120, server=checks):
         data = {"args": [{"code": "to_rows", "callable": True}], "kwargs": {}, "source": source,
                 "context": {"jax": {"module": "jax"},
                             "P": {"ref": ["jax.sharding", "PartitionSpec"]}}}
-        return function_verdict(checks, ex, data, seconds)
+        return function_verdict(server, ex, data, seconds)
 
     frames = "import sys\ndef to_rows(a):\n    sys._getframe(1)\n    return a\n"
     patched = ("import tpviz.layouts.exercises as m\ndef to_rows(a):\n"
@@ -192,6 +212,19 @@ def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
              "x))(0.0).block_until_ready()\n")
     stop = (SPAWN + "def to_rows(a):\n    spawn('/bin/kill', '-9', '2')\n"
             "    import time\n    time.sleep(30)\n")
+    # state an answer leaves in the process (modules, builtins, a device array, an import),
+    # and what the next one finds of it: nothing, as in a fresh process
+    state = ("import builtins, sys, tabnanny, jax, jax.numpy as jnp, tpviz\ndef to_rows(a):\n"
+             "    builtins.left = jax.left = tpviz.left = 1\n"
+             "    sys.modules['left_module'] = sys\n    with jax.ensure_compile_time_eval():\n"
+             "        jax.kept = jnp.full((3,), 12345.0)  # a real array, made under jit\n"
+             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
+    snoop = ("import builtins, sys, jax, tpviz\ndef to_rows(a):\n"
+             "    left = [m for m in (builtins, jax, tpviz) if hasattr(m, 'left')]\n"
+             "    left += [n for n in ('left_module', 'tabnanny') if n in sys.modules]\n"
+             "    left += [x for x in jax.live_arrays() if x.size == 3]\n"
+             "    assert not left, left\n"
+             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
     try:
         status, message = verdict(frames)
         assert status == "wrong" and "sys._getframe" in message
@@ -205,5 +238,19 @@ def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
             status, message = verdict(stop)
             assert status == "wrong" and "did not report" in message
         assert verdict(clean)[0] == "ok"
+        assert verdict(state)[0] == "ok" and verdict(snoop)[0] == "ok"
+        both = (state.replace("def to_rows", "def leave") +  # snoop sees state in its process
+                snoop.replace("    left = [m", "    leave(a)\n    left = [m"))
+        status, message = verdict(both)
+        assert status == "wrong" and "left_module" in message and "12345" in message
+        if sys.version_info[:2] == (3, 11):  # two submissions at once (--workers 2): while
+            # one's check runs, with a file and a process of its own, the other's sees neither
+            busy = (SPAWN + "def to_rows(a):\n    open('/tmp/home/mine', 'w').write('x')\n"
+                    "    spawn('/bin/sleep', '617')\n    import time\n    time.sleep(200)\n")
+            first = threading.Thread(target=verdict, args=(busy, 250), daemon=True)
+            first.start()
+            _wait_for_process(b"/bin/sleep\x00617\x00")
+            assert verdict(clean, server=other)[0] == "ok"
     finally:
         checks.close()
+        other.close()
