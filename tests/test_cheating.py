@@ -164,7 +164,10 @@ def _sandbox():
     return Sandbox()
 
 
-RIGHT = "def to_rows(a):\n    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n"
+# 0.5's answer: a manual all-to-all of one block along Y
+BODY = ("    return jax.shard_map(lambda b: jax.lax.all_to_all(b, 'Y', 0, 1, tiled=True), "
+        "in_specs=P('X', 'Y'), out_specs=P(('X', 'Y'), None))(a)\n")
+RIGHT = "def to_rows(a):\n" + BODY
 # a process started past the audit hook (Python 3.11's _posixsubprocess raises no event)
 SPAWN = ("def spawn(*argv):\n    import _posixsubprocess, os\n    r, w = os.pipe()\n"
          "    _posixsubprocess.fork_exec(list(argv), [argv[0].encode()], True, (), None, None, "
@@ -205,7 +208,7 @@ def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
     clean = ("import os\ndef to_rows(a):\n"
              "    procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
              "    assert len(procs) == 3 and not os.listdir('/tmp/home'), (procs, os.listdir('/tmp'))\n"
-             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
+             + BODY)
     leave = (SPAWN + "import jax\ndef to_rows(a):\n    open('/tmp/home/left', 'w').write('x')\n"
              "    spawn('/bin/sleep', '600')\n    with jax.ensure_compile_time_eval():  # runs now\n"
              "        jax.jit(lambda x: jax.lax.while_loop(lambda c: c > -1.0, lambda c: c + 1.0, "
@@ -218,13 +221,13 @@ def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
              "    builtins.left = jax.left = tpviz.left = 1\n"
              "    sys.modules['left_module'] = sys\n    with jax.ensure_compile_time_eval():\n"
              "        jax.kept = jnp.full((3,), 12345.0)  # a real array, made under jit\n"
-             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
+             + BODY)
     snoop = ("import builtins, sys, jax, tpviz\ndef to_rows(a):\n"
              "    left = [m for m in (builtins, jax, tpviz) if hasattr(m, 'left')]\n"
              "    left += [n for n in ('left_module', 'tabnanny') if n in sys.modules]\n"
              "    left += [x for x in jax.live_arrays() if x.size == 3]\n"
              "    assert not left, left\n"
-             "    return jax.sharding.reshard(a, P(('X', 'Y'), None))\n")
+             + BODY)
     try:
         status, message = verdict(frames)
         assert status == "wrong" and "sys._getframe" in message

@@ -106,7 +106,7 @@ def _random_graphs():
 def check_edge_constraints(edge_constraints) -> str:
     """``edge_constraints(n_u, n_v) -> (A, lower, upper)`` over ``[s_u, s_v, e]`` (``e``
     row-major ``n_u × n_v``): for one-hot ``s_u, s_v`` exactly one binary ``e`` may satisfy
-    ``lower ≤ A @ [s_u, s_v, e] ≤ upper``: the one with ``e[i, j] = s_u[i] · s_v[j]``. First
+    ``lower ≤ A @ [s_u, s_v, e] ≤ upper``: the one with ``e[a, a'] = s_u[a] · s_v[a']``. First
     the constraints go into the whole ILP of three random graphs, solved against brute
     force; then every one-hot pair is enumerated."""
     from tpviz.autoshard.solve import brute_force, problem
@@ -128,7 +128,7 @@ def check_edge_constraints(edge_constraints) -> str:
             raise Wrong(f"in the ILP of random graph {k}, the solver reports a step of "
                         f"{got:.4g} s, below the best possible {best:.4g} s (brute force): your "
                         "constraints let e avoid paying the resharding of the pair chosen.",
-                        "e[i, j] must be 1 where both s_u[i] and s_v[j] are 1.")
+                        "e[a, a'] must be 1 where both s_u[a] and s_v[a'] are 1.")
         if got > best * (1 + 1e-6):
             raise Wrong(f"in the ILP of random graph {k} the solver finds {got:.4g} s, above "
                         f"the optimum {best:.4g} s: your constraints forbid some pairs.")
@@ -150,7 +150,7 @@ def check_edge_constraints(edge_constraints) -> str:
             if not ok:
                 raise Wrong(f"with s_u = strategy {i} and s_v = strategy {j}, no e satisfies "
                             "your constraints, not even the right one.",
-                            "e[i, j] = 1 must be allowed when both strategies are chosen.")
+                            "e[a, a'] = 1 must be allowed when both strategies are chosen.")
             if any(not np.array_equal(e, want) for e in ok):
                 wrong = next(e for e in ok if not np.array_equal(e, want))
                 raise Wrong(f"with s_u = strategy {i} and s_v = strategy {j}, your constraints "
