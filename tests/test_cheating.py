@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,35 +129,131 @@ def test_plain_data_keeps_values_and_drops_behaviour():
 
 
 def _fnrun(source: str, checker_name: str, expr: str):
-    read, write = os.pipe()
+    """The verdict lines a function answer's check writes (one fork of tpviz.grading.fnserve)."""
     job = {"checker": checker_name, "args": [{"code": expr, "callable": True}], "kwargs": {},
            "source": source, "context": {"jax": {"module": "jax"},
                                          "P": {"ref": ["jax.sharding", "PartitionSpec"]}},
-           "key": "k3y", "verdict_fd": write}
-    run = subprocess.run([sys.executable, "-m", "tpviz.grading.fnrun"], pass_fds=(write,),
-                         input=json.dumps(job), capture_output=True, text=True, timeout=300)
-    os.close(write)
-    with os.fdopen(read) as f:
-        lines = f.read().splitlines()
+           "key": "k3y", "seconds": 300}
+    run = subprocess.run([sys.executable, "-P", "-m", "tpviz.grading.fnserve", checker_name],
+                         input=json.dumps(job) + "\n", capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    return [json.loads(line) for line in lines]
+    (reply,) = [json.loads(line) for line in run.stdout.splitlines()]
+    assert not reply["more"] and not reply["timed_out"]  # outside a sandbox: one job, then out
+    return [json.loads(line) for line in reply["verdict"].splitlines()]
+
+
+def _wait_for_process(cmdline: bytes, seconds: float = 180) -> None:
+    """Wait until a process of this machine (any sandbox's included) runs ``cmdline``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == cmdline:
+                    return
+            except OSError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"no process ran {cmdline!r} within {seconds} s")
+
+
+def _sandbox():
+    pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
+    from tpviz.grading.isolate import Sandbox
+
+    return Sandbox()
+
+
+# 0.5's answer: a manual all-to-all of one block along Y
+BODY = ("    return jax.shard_map(lambda b: jax.lax.all_to_all(b, 'Y', 0, 1, tiled=True), "
+        "in_specs=P('X', 'Y'), out_specs=P(('X', 'Y'), None))(a)\n")
+RIGHT = "def to_rows(a):\n" + BODY
+# a process started past the audit hook (Python 3.11's _posixsubprocess raises no event)
+SPAWN = ("def spawn(*argv):\n    import _posixsubprocess, os\n    r, w = os.pipe()\n"
+         "    _posixsubprocess.fork_exec(list(argv), [argv[0].encode()], True, (), None, None, "
+         "-1, -1, -1, -1, -1, -1, r, w, False, True, -1, None, None, None, -1, None, False)\n")
 
 
 @pytest.mark.slow
-def test_a_function_answer_cannot_reach_into_its_checker():
-    right = ("def to_rows(a):\n    return jax.shard_map(lambda b: jax.lax.all_to_all(b, 'Y', 0, 1, "
-             "tiled=True), in_specs=P('X', 'Y'), out_specs=P(('X', 'Y'), None))(a)\n")
-    (ok,) = _fnrun(right, "check_explicit_reshard", "to_rows")
+def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
+    """Outside a sandbox, the function runner checks one answer and exits. In a submission's
+    sandbox it checks each answer in a fork of one process: an answer cannot read the checker's
+    frames, replace the library or forge its verdict, and what one leaves (a process started
+    past the audit hook, a file, an endless compiled loop, the killed parent) is gone before the
+    next one is checked, which passes."""
+    from types import SimpleNamespace
+
+    from tpviz.grading import inner
+    from tpviz.grading.jobs import PHASE_B, function_verdict
+
+    (ok,) = _fnrun(RIGHT, "check_explicit_reshard", "to_rows")
     assert ok["key"] == "k3y" and ok["status"] == "ok"
-    frames = ("import sys\ndef to_rows(a):\n    sys._getframe(1)\n    return a\n")
-    (refused,) = _fnrun(frames, "check_explicit_reshard", "to_rows")
-    assert refused["status"] == "wrong" and "sys._getframe" in refused["message"]
+    sandbox = _sandbox()
+    command = [*PHASE_B, "check_explicit_reshard"]
+    checks, other = inner.Server(sandbox, command, 300), inner.Server(sandbox, command, 300)
+    ex = SimpleNamespace(checker="check_explicit_reshard")
+
+    def verdict(source, seconds=120, server=checks):
+        data = {"args": [{"code": "to_rows", "callable": True}], "kwargs": {}, "source": source,
+                "context": {"jax": {"module": "jax"},
+                            "P": {"ref": ["jax.sharding", "PartitionSpec"]}}}
+        return function_verdict(server, ex, data, seconds)
+
+    frames = "import sys\ndef to_rows(a):\n    sys._getframe(1)\n    return a\n"
     patched = ("import tpviz.layouts.exercises as m\ndef to_rows(a):\n"
                "    m.expect_array = lambda *a, **k: None\n    return a\n")
-    (caught,) = _fnrun(patched, "check_explicit_reshard", "to_rows")
-    assert caught["status"] == "wrong"
     forged = ("import os\ndef to_rows(a):\n    for fd in range(3, 64):\n        try:\n"
               "            os.write(fd, b'{\"key\": \"guess\", \"status\": \"ok\"}\\n')\n"
               "        except OSError:\n            pass\n    os._exit(0)\n")
-    lines = _fnrun(forged, "check_explicit_reshard", "to_rows")
-    assert all(line["key"] != "k3y" for line in lines)  # nothing the grading would accept
+    clean = ("import os\ndef to_rows(a):\n"
+             "    procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+             "    assert len(procs) == 3 and not os.listdir('/tmp/home'), (procs, os.listdir('/tmp'))\n"
+             + BODY)
+    leave = (SPAWN + "import jax\ndef to_rows(a):\n    open('/tmp/home/left', 'w').write('x')\n"
+             "    spawn('/bin/sleep', '600')\n    with jax.ensure_compile_time_eval():  # runs now\n"
+             "        jax.jit(lambda x: jax.lax.while_loop(lambda c: c > -1.0, lambda c: c + 1.0, "
+             "x))(0.0).block_until_ready()\n")
+    stop = (SPAWN + "def to_rows(a):\n    spawn('/bin/kill', '-9', '2')\n"
+            "    import time\n    time.sleep(30)\n")
+    # state an answer leaves in the process (modules, builtins, a device array, an import),
+    # and what the next one finds of it: nothing, as in a fresh process
+    state = ("import builtins, sys, tabnanny, jax, jax.numpy as jnp, tpviz\ndef to_rows(a):\n"
+             "    builtins.left = jax.left = tpviz.left = 1\n"
+             "    sys.modules['left_module'] = sys\n    with jax.ensure_compile_time_eval():\n"
+             "        jax.kept = jnp.full((3,), 12345.0)  # a real array, made under jit\n"
+             + BODY)
+    snoop = ("import builtins, sys, jax, tpviz\ndef to_rows(a):\n"
+             "    left = [m for m in (builtins, jax, tpviz) if hasattr(m, 'left')]\n"
+             "    left += [n for n in ('left_module', 'tabnanny') if n in sys.modules]\n"
+             "    left += [x for x in jax.live_arrays() if x.size == 3]\n"
+             "    assert not left, left\n"
+             + BODY)
+    try:
+        status, message = verdict(frames)
+        assert status == "wrong" and "sys._getframe" in message
+        assert verdict(patched)[0] == "wrong"
+        status, message = verdict(forged)
+        assert status == "wrong" and "did not report normally" in message
+        if sys.version_info[:2] == (3, 11):  # the answers start processes the 3.11 way
+            status, message = verdict(leave, seconds=15)
+            assert status == "wrong" and "took more than 15 s" in message
+            assert verdict(clean) == verdict(RIGHT)  # the same process: nothing left behind
+            status, message = verdict(stop)
+            assert status == "wrong" and "did not report" in message
+        assert verdict(clean)[0] == "ok"
+        assert verdict(state)[0] == "ok" and verdict(snoop)[0] == "ok"
+        both = (state.replace("def to_rows", "def leave") +  # snoop sees state in its process
+                snoop.replace("    left = [m", "    leave(a)\n    left = [m"))
+        status, message = verdict(both)
+        assert status == "wrong" and "left_module" in message and "12345" in message
+        if sys.version_info[:2] == (3, 11):  # two submissions at once (--workers 2): while
+            # one's check runs, with a file and a process of its own, the other's sees neither
+            busy = (SPAWN + "def to_rows(a):\n    open('/tmp/home/mine', 'w').write('x')\n"
+                    "    spawn('/bin/sleep', '617')\n    import time\n    time.sleep(200)\n")
+            first = threading.Thread(target=verdict, args=(busy, 250), daemon=True)
+            first.start()
+            _wait_for_process(b"/bin/sleep\x00617\x00")
+            assert verdict(clean, server=other)[0] == "ok"
+    finally:
+        checks.close()
+        other.close()

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import html
+import json
 import urllib.parse
+
+from tpviz.grading.files import MANIFEST, digest
 
 KEPT = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # of a cell's rich outputs
 SVG = "image/svg+xml"
@@ -29,9 +32,9 @@ def _safe(outputs: list) -> list:
     return kept
 
 
-def notebook_page(result, trusted: set[str] = frozenset()) -> str:
-    """The graded notebook as HTML (nbconvert), or a short page when it did not run;
-    ``trusted`` are the chapter's own markdown cells (rendered as markdown)."""
+def notebook_page(result, trusted: set[str] = frozenset(), exporter=None) -> str:
+    """The graded notebook as HTML (nbconvert, with ``exporter`` if given), or a short page when
+    it did not run; ``trusted`` are the chapter's own markdown cells (rendered as markdown)."""
     if result.notebook is None:
         return fallback_page(result)
     import nbformat
@@ -59,10 +62,38 @@ def notebook_page(result, trusted: set[str] = frozenset()) -> str:
                                           "text": text}]
     try:
         node = nbformat.from_dict(nb)
-        body, _ = HTMLExporter(template_name="classic").from_notebook_node(node)
+        exporter = exporter or HTMLExporter(template_name="classic")
+        body, _ = exporter.from_notebook_node(node)
     except Exception as e:  # a notebook nbconvert cannot render: say so, keep the points
         return fallback_page(result, f"its page could not be made ({type(e).__name__})")
     return body
+
+
+class Pages:
+    """The notebook pages of a run: one nbconvert exporter for all, and the page of a result
+    kept from an earlier run read back from ``out`` when it is still what tpviz wrote there (the
+    result's cache key holds tpviz's code and the release, so its page is the same)."""
+
+    def __init__(self, out):
+        self.out, self.exporter = out, None
+        try:
+            self.manifest = json.loads((out / MANIFEST).read_text())
+        except (OSError, ValueError):
+            self.manifest = {}
+
+    def page(self, rel: str, result, trusted: set[str], kept: bool) -> bytes:
+        if kept and isinstance(self.manifest, dict) and rel in self.manifest:
+            try:
+                data = (self.out / rel).read_bytes()
+                if self.manifest[rel] == digest(data):
+                    return data
+            except OSError:
+                pass
+        if self.exporter is None and result.notebook is not None:
+            from nbconvert import HTMLExporter
+
+            self.exporter = HTMLExporter(template_name="classic")
+        return notebook_page(result, trusted, self.exporter).encode()
 
 
 def fallback_page(result, why: str = "") -> str:

@@ -1,13 +1,14 @@
-"""A function answer, checked in a fresh process: the checker first, the learner's code inside it.
+"""A function answer, checked with the checker first and the learner's code inside its call.
 
-``python -m tpviz.grading.fnrun`` runs in the submission's sandbox, one process per exercise. It
-reads the job on stdin (:mod:`tpviz.grading.capture` wrote its parts: the check call's plain
-values, the expressions naming the learner's functions, the source of the answer cells and what
-that source reads from the notebook), imports tpviz and the checker, sets up the devices, and
-only then calls the checker with stand-ins for the learner's functions. The learner's source is
-executed when the checker first calls one of them, so the learner's code runs only inside the
-checker's call (an answer that is not a function, such as a dict of PyTorch placement objects,
-is made from its source just before the call).
+:func:`run` runs in a fresh fork of the submission's function-check process
+(:mod:`tpviz.grading.fnserve`, in the submission's sandbox), one fork per exercise. It gets the
+job (:mod:`tpviz.grading.capture` wrote its parts: the check call's plain values, the
+expressions naming the learner's functions, the source of the answer cells and what that source
+reads from the notebook), sets up the devices, loads the checker, and only then calls the
+checker with stand-ins for the learner's functions. The learner's source is executed when the
+checker first calls one of them, so the learner's code runs only inside the checker's call (an
+answer that is not a function, such as a dict of PyTorch placement objects, is made from its
+source just before the call).
 
 While the learner's code runs, an audit hook (:func:`sys.addaudithook`, which cannot be removed)
 refuses what would reach the checker or the grading: frames (``sys._getframe``, ``tb_frame``),
@@ -23,7 +24,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import importlib
-import json
 import os
 import signal
 import sys
@@ -183,22 +183,3 @@ def run(job: dict) -> tuple[str, str]:
                     + " come(s) from another cell and cannot be carried to the grader; define "
                     "it in your answer cell.")
     return status, message
-
-
-def main() -> None:
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
-    job = json.loads(sys.stdin.read())
-    key, fd = job.pop("key"), int(job.pop("verdict_fd"))
-    os.dup2(2, 1)  # prints go to stderr
-    status, message = run(job)
-    os.write(fd, (json.dumps({"key": key, "status": status, "message": message[:4000]})
-                  + "\n").encode())
-    os._exit(0)  # no exit handlers, no finalizers of the learner's objects
-
-
-if __name__ == "__main__":
-    main()

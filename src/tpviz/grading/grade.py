@@ -26,7 +26,6 @@ import argparse
 import csv
 import difflib
 import io
-import json
 import signal
 import sys
 import threading
@@ -36,13 +35,14 @@ from pathlib import Path
 
 from tpviz.errors import GradingError
 from tpviz.grading import inner
-from tpviz.grading.feedback import notebook_page, summary_page
+from tpviz.grading.feedback import Pages, summary_page
 from tpviz.grading.files import check_writable, refuse_inside, write_all
 from tpviz.grading.isolate import Sandbox
-from tpviz.grading.jobs import Cache, Context, Result, grade_one
+from tpviz.grading.jobs import CACHE, Cache, Context, Result, code_digest, grade_one
 from tpviz.grading.prepare import exercises_of
 from tpviz.grading.progress import Progress
-from tpviz.grading.release import DEFAULT_TIMEOUT_S, Course, chapters
+from tpviz.grading.release import DEFAULT_TIMEOUT_S, chapters, released_chapters
+from tpviz.grading.warm import CompileCaches
 
 DEFAULT_WORKERS = 2
 HEADER = ["student", "chapter", "exercise", "points", "max_points", "note"]
@@ -126,23 +126,25 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
                          *(f"feedback/{s}/{c}.html" for s, subs in found.items() for c in subs)],
                    force=force)  # before the long part: refuse early
     sandbox = Sandbox(unsafe=unsafe, hidden=(book, submissions, out))
-    releases = {}
-    if names:
-        with Course(chapters(book, names)) as course:  # the solutions: gone before grading
-            releases = {c: json.loads(course.released(c)) for c in names}
+    digest = code_digest()
+    releases = released_chapters(chapters(book, names), out / CACHE / ".releases", digest,
+                                 timeout=timeout) if names else {}
     ctx = Context(sandbox, inner.Judge(sandbox, seconds=STARTUP_JUDGE_S + timeout), releases,
                   {c: exercises_of(nb) for c, nb in releases.items()}, timeout)
-    cache = Cache(out, f"timeout={timeout}", releases)
+    cache = Cache(out, f"timeout={timeout}", releases, digest)
     jobs = [(s, c, p) for s, subs in sorted(found.items()) for c, p in sorted(subs.items())]
-    results = run_all(ctx, cache, jobs, workers, regrade)
+    caches = CompileCaches(out / CACHE / ".jax", digest)
+    results, kept = run_all(ctx, cache, jobs, workers, regrade, caches)
     table = io.StringIO()
     writer = csv.writer(table, lineterminator="\n")
     writer.writerow(HEADER)
     files: dict[str, bytes] = {}
+    exporter = Pages(out)
     for (student, chapter), r in sorted(results.items()):
         writer.writerows([student, chapter, *row] for row in r.rows)
         trusted = {"".join(c.get("source", "")) for c in releases[chapter]["cells"]}
-        files[f"feedback/{student}/{chapter}.html"] = notebook_page(r, trusted).encode()
+        page = f"feedback/{student}/{chapter}.html"
+        files[page] = exporter.page(page, r, trusted, (student, chapter) in kept)
         notes.setdefault(student, []).extend(
             [f"{chapter}: {r.problem}"] * bool(r.problem) + [f"{chapter}: {n}" for n in r.notes])
     files["grades.csv"] = table.getvalue().encode()
@@ -159,21 +161,23 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
 STARTUP_JUDGE_S = 120  # the judge's first request imports JAX and tpviz
 
 
-def run_all(ctx: Context, cache: Cache, jobs: list, workers: int,
-            regrade: bool) -> dict[tuple[str, str], Result]:
-    """Grade the jobs (cached ones are kept); on Ctrl-C or SIGTERM, stop every sandbox, keep
-    what finished and raise ``KeyboardInterrupt``."""
+def run_all(ctx: Context, cache: Cache, jobs: list, workers: int, regrade: bool,
+            caches: CompileCaches) -> tuple[dict[tuple[str, str], Result], set]:
+    """Grade the jobs (cached ones are kept: returned as the second value), each chapter's
+    compile cache filled first; on Ctrl-C or SIGTERM, stop every sandbox, keep what finished and
+    raise ``KeyboardInterrupt``."""
     results: dict[tuple[str, str], Result] = {}
     progress = Progress(len(jobs), workers)
     todo = []
     for student, chapter, path in jobs:
-        kept = None if regrade else cache.get(student, chapter, path.read_bytes(),
-                                              ctx.exercises[chapter])
-        if kept is None:
+        was = None if regrade else cache.get(student, chapter, path.read_bytes(),
+                                             ctx.exercises[chapter])
+        if was is None:
             todo.append((student, chapter, path))
         else:
-            results[(student, chapter)] = kept
-            progress.step(_line(kept, True), kept=True)
+            results[(student, chapter)] = was
+            progress.step(_line(was, True), kept=True)
+    kept = set(results)
     stopping = threading.Event()
 
     def work(student: str, chapter: str, path: Path) -> tuple[Result, bytes]:
@@ -184,6 +188,11 @@ def run_all(ctx: Context, cache: Cache, jobs: list, workers: int,
         threading.current_thread() is threading.main_thread()) else None
     pool = ThreadPoolExecutor(max(1, min(workers, len(todo) or 1)))
     try:
+        warm = sorted({chapter for _, chapter, _ in todo})
+        if warm:
+            ctx.judge.start()  # its imports overlap the warm-up
+        for line in pool.map(lambda chapter: caches.warm(ctx, chapter), warm):
+            progress.note(line)
         futures = {pool.submit(work, *job): job for job in todo}
         for future in as_completed(futures):
             r, data = future.result()
@@ -206,7 +215,7 @@ def run_all(ctx: Context, cache: Cache, jobs: list, workers: int,
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     progress.close()
-    return results
+    return results, kept
 
 
 def main(argv: list[str] | None = None) -> int:

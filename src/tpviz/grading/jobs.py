@@ -27,8 +27,10 @@ from tpviz.grading import inner
 from tpviz.grading.prepare import Exercise, prepare
 
 CACHE = ".tpviz-cache"
-PHASE_A = [sys.executable, "-m", "tpviz.grading.runner"]
-PHASE_B = [sys.executable, "-m", "tpviz.grading.fnrun"]
+# the runner as a script: it imports nothing of tpviz (see its docstring); -P keeps its folder
+# off sys.path
+PHASE_A = [sys.executable, "-P", str(Path(__file__).resolve().with_name("runner.py"))]
+PHASE_B = [sys.executable, "-P", "-m", "tpviz.grading.fnserve", "--many"]
 STARTUP_S = 90  # a sandboxed Python's imports and devices, on a loaded machine
 
 
@@ -62,9 +64,14 @@ class Context:
     releases: dict  # chapter -> released notebook (dict)
     exercises: dict  # chapter -> list[Exercise]
     timeout: int
+    caches: dict = field(default_factory=dict)  # chapter -> its compile cache (tpviz.grading.warm)
 
 
-def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
+def run_notebook(ctx: Context, prepared, cache: Path | None,
+                 fill: bool = False) -> tuple[dict, set, dict | None, str]:
+    """Run the prepared notebook in a sandbox, with a compile cache read-only (or writable:
+    ``fill``, the warm-up); its answers, the exercises that timed out, the executed notebook and
+    what went wrong."""
     answers, late, box = {}, set(), {}
 
     def on_line(line: bytes) -> None:
@@ -84,7 +91,8 @@ def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
     job = json.dumps({"notebook": prepared.notebook, "exercises": prepared.exercises,
                       "timeout": ctx.timeout}).encode()
     seconds = STARTUP_S + max(600, 6 * ctx.timeout)
-    code, _, cut = inner.run(ctx.sandbox, PHASE_A, job, seconds, on_line)
+    code, _, cut = inner.run(ctx.sandbox, PHASE_A, job, seconds, on_line,
+                             cache=cache, fill=fill)
     why = ""
     if code is None:
         why = f"the notebook was stopped after {seconds} s"
@@ -97,40 +105,35 @@ def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
     return answers, late, box.get("nb"), why
 
 
-def function_verdict(ctx: Context, ex: Exercise, data: dict) -> tuple[str, str]:
-    """A function answer's verdict, from a fresh sandboxed process (see :mod:`fnrun`)."""
-    read, write = os.pipe()
+def function_verdict(checks: inner.Server, ex: Exercise, data: dict,
+                     seconds: float) -> tuple[str, str]:
+    """A function answer's verdict, from a fresh fork of the submission's function-check
+    process (:mod:`tpviz.grading.fnserve`), accepted only with the key given for it."""
     key = secrets.token_hex(16)
-    job = {"checker": ex.checker, "args": data["args"], "kwargs": data["kwargs"],
-           "source": data.get("source", ""), "context": data.get("context", {}),
-           "key": key, "verdict_fd": write}
-    lines = []
-    try:
-        code, errors, _ = inner.run(ctx.sandbox, PHASE_B, json.dumps(job).encode(),
-                                    STARTUP_S + ctx.timeout, pass_fds=(write,))
-        os.close(write)
-        write = -1
-        with os.fdopen(read, "rb") as f:
-            read = -1
-            lines = f.read(1 << 20).splitlines()
-    finally:
-        for fd in (read, write):
-            if fd >= 0:
-                os.close(fd)
-    if code is None:
-        return "wrong", f"✗ checking your function took more than {STARTUP_S + ctx.timeout} s"
+    reply = checks.ask({"checker": ex.checker, "args": data["args"], "kwargs": data["kwargs"],
+                        "source": data.get("source", ""), "context": data.get("context", {}),
+                        "key": key, "seconds": seconds})
+    if reply is None:
+        return "wrong", "✗ your function's check did not report (its process was stopped)"
+    if not reply.get("more"):
+        checks.close()  # it checks no other job: the next one gets a new process
+    if reply.get("timed_out"):
+        return "wrong", f"✗ checking your function took more than {seconds:.0f} s"
+    lines = str(reply.get("verdict", "")).splitlines()
     try:
         (verdict,) = [json.loads(ln) for ln in lines]
         if verdict["key"] != key:
             raise ValueError("a verdict without the key")
-        return verdict["status"], str(verdict["message"])
+        return str(verdict["status"]), str(verdict["message"])
     except (ValueError, KeyError, TypeError):
-        last = [ln for ln in errors.splitlines() if ln.strip()][-1:] or [f"exit {code}"]
+        errors = str(reply.get("errors", ""))
+        last = [ln for ln in errors.splitlines() if ln.strip()][-1:] or ["no output"]
         return "wrong", ("✗ your function's check did not report normally (its process wrote "
                          f"{len(lines)} verdicts; it ended with: {last[0][:200]})")
 
 
-def judge_one(ctx: Context, ex: Exercise, data: dict | None, untouched: bool) -> tuple[str, str]:
+def judge_one(ctx: Context, ex: Exercise, data: dict | None, untouched: bool,
+              checks: inner.Server) -> tuple[str, str]:
     if data is None:
         return "wrong", "✗ the notebook stopped before this exercise was reached"
     if "failed" in data:
@@ -142,7 +145,7 @@ def judge_one(ctx: Context, ex: Exercise, data: dict | None, untouched: bool) ->
     if data.get("code"):
         if untouched:
             return "stub", "✗ not attempted yet."
-        return function_verdict(ctx, ex, data)
+        return function_verdict(checks, ex, data, STARTUP_S + ctx.timeout)
     return ctx.judge(ex.checker, [s["value"] for s in data["args"]],
                      {k: s["value"] for k, s in data["kwargs"].items()})
 
@@ -158,23 +161,28 @@ def grade_one(ctx: Context, student: str, chapter: str, data: bytes) -> Result:
         result.rows = [[ex.grade_id, 0, _n(ex.points), "not graded"] for ex in exercises]
         return result
     result.notes = prepared.notes
-    answers, late, result.notebook, why = _events(ctx, prepared)
+    answers, late, result.notebook, why = run_notebook(ctx, prepared, ctx.caches.get(chapter))
     result.phases = {"notebook": round(time.perf_counter() - start, 1), "values": 0.0,
                      "functions": 0.0}
     if why:
         result.problem = why
     result.checks = {e["grade_id"]: e["index"] for e in prepared.exercises}
-    for ex in exercises:
-        data, begun = answers.get(ex.grade_id), time.perf_counter()
-        status, message = judge_one(ctx, ex, data, ex.grade_id in prepared.untouched)
-        phase = "functions" if data and data.get("code") else "values"
-        result.phases[phase] = round(result.phases[phase] + time.perf_counter() - begun, 1)
-        if ex.grade_id in late:
-            status, message = "wrong", "✗ a cell of this exercise ran past the time limit"
-        result.messages[ex.grade_id] = [status, message]
-        note = "timed out" if ex.grade_id in late else ""
-        result.rows.append([ex.grade_id, _n(ex.points) if status == "ok" else 0,
-                            _n(ex.points), note])
+    checks = inner.Server(ctx.sandbox, [*PHASE_B, *sorted({ex.checker for ex in exercises})],
+                          2 * STARTUP_S + ctx.timeout)  # started at the first function answer
+    try:
+        for ex in exercises:
+            data, begun = answers.get(ex.grade_id), time.perf_counter()
+            status, message = judge_one(ctx, ex, data, ex.grade_id in prepared.untouched, checks)
+            phase = "functions" if data and data.get("code") else "values"
+            result.phases[phase] = round(result.phases[phase] + time.perf_counter() - begun, 1)
+            if ex.grade_id in late:
+                status, message = "wrong", "✗ a cell of this exercise ran past the time limit"
+            result.messages[ex.grade_id] = [status, message]
+            note = "timed out" if ex.grade_id in late else ""
+            result.rows.append([ex.grade_id, _n(ex.points) if status == "ok" else 0,
+                                _n(ex.points), note])
+    finally:
+        checks.close()
     result.seconds = time.perf_counter() - start
     return result
 
@@ -196,9 +204,9 @@ def code_digest() -> str:
 class Cache:
     """Results in ``<out>/.tpviz-cache/<student>/<chapter>.json``, each under its key."""
 
-    def __init__(self, out: Path, settings: str, releases: dict):
+    def __init__(self, out: Path, settings: str, releases: dict, digest: str | None = None):
         self.folder, self.releases = out / CACHE, releases
-        self.settings = settings + code_digest()
+        self.settings = settings + (digest or code_digest())
 
     def key(self, chapter: str, data: bytes) -> str:
         h = hashlib.sha256(self.settings.encode())

@@ -48,6 +48,15 @@ class Progress:
                 self.stream.write(f"{line}\n{self.bar()}\n")
             self.stream.flush()
 
+    def note(self, line: str) -> None:
+        """A line that is not a submission (the bar, if drawn, stays below it)."""
+        with self.lock:
+            if self.tty:
+                self.stream.write(f"\r\x1b[K{line}\n{self.bar()}")
+            else:
+                self.stream.write(f"{line}\n")
+            self.stream.flush()
+
     def close(self) -> None:
         if self.tty:
             self.stream.write("\n")

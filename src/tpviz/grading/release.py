@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -105,6 +107,41 @@ class Course:
 
     def released(self, chapter: str) -> bytes:
         return (self.root / "release" / chapter / f"{chapter}.ipynb").read_bytes()
+
+
+def released_chapters(paths: list[Path], folder: Path, settings: str, *,
+                      timeout: int = DEFAULT_TIMEOUT_S) -> dict[str, dict]:
+    """The released notebook of each chapter (``{name: notebook}``), from ``folder`` where an
+    earlier run kept it under the same key (the chapter's bytes, nbgrader's version and
+    ``settings``: tpviz's code), else from nbgrader (one temporary course for all that are
+    missing) and kept there. Only the grading process reads and writes ``folder``."""
+    from importlib.metadata import version
+
+    def key(path: Path) -> str:
+        h = hashlib.sha256(f"{version('nbgrader')}|{settings}|{timeout}|".encode())
+        h.update(path.read_bytes())
+        return h.hexdigest()
+
+    found, missing = {}, []
+    for path in paths:
+        try:
+            saved = json.loads((folder / f"{path.stem}.json").read_text())
+            if saved["key"] == key(path):
+                found[path.stem] = saved["release"]
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        missing.append(path)
+    if missing:
+        with Course(missing, timeout=timeout) as course:  # the solutions: gone on the way out
+            made = {p.stem: json.loads(course.released(p.stem)) for p in missing}
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in missing:
+            temporary = folder / f"{path.stem}.tmp"
+            temporary.write_text(json.dumps({"key": key(path), "release": made[path.stem]}))
+            os.replace(temporary, folder / f"{path.stem}.json")
+        found.update(made)
+    return found
 
 
 def release(book: Path, out: Path, names: Iterable[str] | None = None, *,

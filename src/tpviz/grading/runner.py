@@ -13,7 +13,13 @@ what was sent before)::
     {"notebook": {...}}                      the executed notebook, last
 
 A cell that runs past the timeout is interrupted; a kernel stuck in compiled code (it ignores
-the interrupt) or dead is restarted and the cells before replayed, and the rest is graded.
+the interrupt) or dead is restarted and the cells before replayed, and the rest is graded. The
+cells after the last check cell are not run: nothing after it is graded.
+
+It is started as a script (``python -P .../runner.py``), not as ``-m tpviz.grading.runner``:
+it needs nothing of tpviz, whose package would import JAX and matplotlib (about 1 s of CPU)
+for every submission. The grading's warm-up runs the release through it too
+(:mod:`tpviz.grading.warm`).
 """
 
 from __future__ import annotations
@@ -24,11 +30,15 @@ import os
 import sys
 import time
 
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbclient.util import run_sync
-from nbformat import NotebookNode
+# jsonschema, which nbformat imports, builds a grammar for IRIs at import when rfc3987_syntax is
+# installed (about 1 s of CPU, for every submission); notebooks hold no IRIs to validate.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import nbformat  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+from nbclient.exceptions import CellTimeoutError, DeadKernelError  # noqa: E402
+from nbclient.util import run_sync  # noqa: E402
+from nbformat import NotebookNode  # noqa: E402
 
 PROBE_S = 10  # after a timeout: how long a kernel that survived the interrupt has to answer
 TIMEOUT_NAME = "CellTimeoutError"
@@ -54,14 +64,18 @@ class Runner:
 
     def run(self) -> None:
         os.makedirs(ANSWERS, exist_ok=True)
+        last = max(self.exercises, default=len(self.nb.cells))
         with self.client.setup_kernel():
-            for index, cell in enumerate(self.nb.cells):
+            for index, cell in enumerate(self.nb.cells[:last + 1]):
                 if cell.cell_type != "code":
                     continue
                 if index in self.exercises:
                     self.export(index, self.exercises[index])
                 elif not self.execute(cell, index):
                     self.late = True
+        for cell in self.nb.cells[last + 1:]:  # not run: what the learner saved is not shown
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
         self.send({"notebook": trimmed(self.nb)})
 
     def execute(self, cell, index: int) -> bool:
