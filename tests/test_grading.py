@@ -6,6 +6,7 @@ the end-to-end grading of a fake class is in tests/test_grading_class.py.
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -428,3 +429,21 @@ def test_notebooks_anywhere_are_found_or_reported(tmp_path):
     assert "loose.ipynb: a notebook in no student's folder; not graded" in notes[""][0]
     assert "a second 05_zero.ipynb in ada's folder; not graded" in notes["ada"][0]
     assert "found in a sub-folder; graded as eve smith's 10_moe" in notes["eve smith"][0]
+
+
+def test_python_installed_under_tmp_stays_visible_in_the_sandbox():
+    # the sandbox's own empty /tmp is mounted before the read-only binds: a virtual environment
+    # or a checkout under /tmp (e.g. a CI clone) was hidden by it ("execvp .../python: No such
+    # file or directory")
+    import tempfile
+
+    from tpviz.grading.isolate import Sandbox
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as venv:
+        venv = os.path.realpath(venv)
+        box = object.__new__(Sandbox)
+        box.bwrap, box.binds, box.pythonpath = "bwrap", [Path(venv)], Path(venv)
+        argv = box.argv(["python", "-c", "pass"])
+    tmpfs = next(i for i in range(len(argv) - 1) if argv[i:i + 2] == ["--tmpfs", "/tmp"])
+    bind = next(i for i in range(len(argv) - 1) if argv[i:i + 2] == ["--ro-bind", venv])
+    assert tmpfs < bind

@@ -152,7 +152,8 @@ def _table(p, m):
 
 
 STASH_WRONG = {
-    "the library's zoo": (_zoo_1f1b, r"write what `tpviz\.pipeline|runs microbatch 0 as"),
+    "the library's zoo": (_zoo_1f1b, r"write what `tpviz\.pipeline|runs microbatch 0 as|not a schedule of "
+                                        r"chapter 8's zoo"),
     "1F1B by hand": (_one_f_one_b, "holds [3-5] microbatches"),
     "same 2-in-flight list on every device": (_two_in_flight_everywhere, "takes 58 ticks"),
     "the notebook's size pasted in": (_table, "right for p = 4, m = 8 .* but for p = 3"),

@@ -130,13 +130,14 @@ class Sandbox:
                 args += ["--symlink", os.readlink(path), str(path)]
             elif path.is_dir():
                 args += ["--ro-bind", str(path), str(path)]
+        # the empty /tmp first: Python or tpviz installed under /tmp is bound on top of it
+        args += ["--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
         for path in _outermost(["/usr", "/etc", *self.binds]):
             args += ["--ro-bind", str(path), str(path)]
         if cache is not None:
             args += ["--bind" if fill else "--ro-bind", str(cache.resolve()), CACHE_INSIDE]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
-                 "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--dir", "/tmp/home",
-                 "--chdir", "/tmp/home"]
+                 "--dir", "/tmp/home", "--chdir", "/tmp/home"]
         for key, value in self.env(cache, fill).items():
             args += ["--setenv", key, value]
         return [*args, "--", *command]
