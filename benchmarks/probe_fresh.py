@@ -520,11 +520,11 @@ def _child(conn, start: int, cap_bytes: int) -> None:
     from tpviz.errors import TpvizError
 
     bad, _good = inputs()
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     used = _data_bytes()
     resource.setrlimit(resource.RLIMIT_DATA, (used + cap_bytes, hard))
     for i in range(start, len(bad)):
-        label, call, word = bad[i]
+        _label, call, word = bad[i]
         conn.send((i, "begin", ""))
         begin = time.perf_counter()
         try:
