@@ -23,9 +23,12 @@ from tpviz.context.run import (
     ulysses_attention,
     with_gradients,
 )
+from tpviz.core.public import publish
 
 __all__ = ["AXIS", "LAYOUTS", "SCHEMES", "Checked", "attention", "balance", "block_attention",
            "causal_work", "check", "check_sizes", "combine", "compare", "draw",
            "explore_context", "inputs", "mesh_of", "plan", "program", "reference",
            "render_context", "ring_attention", "sequence_parallel_block", "temporaries",
            "ulysses_attention", "with_gradients", "zigzag_order"]
+
+publish(globals())

@@ -13,6 +13,9 @@
 """
 
 from tpviz.core import collectives, compiled, cost, figures, hardware, layout, notation, verify
+from tpviz.core.public import publish
 
 __all__ = ["collectives", "compiled", "cost", "figures", "hardware", "layout", "notation",
            "verify"]
+
+publish(globals())

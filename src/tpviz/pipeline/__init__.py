@@ -11,6 +11,7 @@ memory), ``run`` (a Python loop issuing ops one by one: a numerics demonstration
 schedules the SPMD program does not run), ``draw``, ``explore`` and ``exercises``.
 """
 
+from tpviz.core.public import publish
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import draw
 from tpviz.pipeline.check import SpmdCheck, spmd_check
@@ -22,3 +23,5 @@ __all__ = ["NAMES", "Op", "Partition", "Schedule", "ScheduleError", "SpmdCheck",
            "Timeline", "balance", "bubble_formula", "draw", "explore_pipeline", "schedule",
            "simulate",
            "spmd_check", "steady_state"]
+
+publish(globals(), error=ScheduleError)

@@ -1,0 +1,296 @@
+"""One validation mechanism for every public function: its signature says what each parameter
+is (:mod:`tpviz.core.kinds`), and every call from outside the library is checked against it.
+
+Each topic ends its ``__init__`` with ``publish(globals())``: every function in its ``__all__``
+(and every public function of a module in it, and every public method and constructor of a class
+in it) is wrapped once, in its own module too. The wrapper reads the signature once, when it is
+made; a call then costs a few microseconds. Calls from inside tpviz skip the checks (the library
+passes on what it has checked already, so a redraw pays nothing). A result annotated ``float``
+that is NaN, or one of a kind that must be >= 0 (``Time``, ``Amount``, ``Count``) that is negative,
+is an error, not a return; so is a NaN in a float field of a returned dataclass.
+"""
+
+from __future__ import annotations
+
+import collections.abc as abc
+import dataclasses
+import functools
+import inspect
+import math
+import sys
+import types
+import typing
+
+import numpy as np
+
+from tpviz.core import kinds as k
+from tpviz.core import rules as r
+from tpviz.errors import ArgumentError, TpvizError
+
+MARK = "__tpviz_public__"  # on a wrapper: its Spec
+_PASS_THROUGH = frozenset({"dataclasses", "functools", "contextlib", "copy"})
+
+
+def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = False):
+    """The rule a resolved annotation stands for (None: nothing tpviz checks). ``default`` tunes
+    the plain kinds (a default is always admissible); ``result`` reads a return annotation."""
+    if isinstance(annotation, r.Rule):
+        return annotation
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return next((m for m in args[1:] if isinstance(m, r.Rule)), None) or rule_for(
+            args[0], default, result=result)
+    if annotation is bool:
+        return r.FlagRule()
+    if annotation is int:
+        low = 1
+        if isinstance(default, int) and not isinstance(default, bool) and default < 1:
+            low = 0 if default == 0 else None
+        return r.Int(low)
+    if annotation is float:
+        low = None if result or (_real(default) and default < 0) else 0.0
+        return r.Real(low, infinite=_real(default) and math.isinf(default))
+    if annotation is str:
+        return r.Text()
+    if origin is typing.Literal:
+        return r.Choice(args)
+    if origin in (typing.Union, types.UnionType):
+        rules = [rule_for(a, default, result=result) for a in args if a is not type(None)]
+        if any(x is None for x in rules):
+            return None
+        one = rules[0] if len(rules) == 1 else r.Either(*rules)
+        return r.Maybe(one) if type(None) in args else one
+    if origin in (tuple, list, abc.Sequence, abc.MutableSequence):
+        fixed = origin is tuple and args and args[-1] is not Ellipsis
+        items = [rule_for(a, result=result) for a in (args[:1] if not fixed else args)]
+        item = items[0] if items and (not fixed or len(set(map(type, items))) == 1) else None
+        empty = isinstance(default, tuple | list) and not default
+        size = len(args) if fixed else None
+        return r.Seq(item, size if fixed else int(not empty), size)
+    if origin in (dict, abc.Mapping) or annotation in (dict, abc.Mapping):
+        return r.Instance(abc.Mapping)
+    if annotation is np.ndarray:
+        return r.Array()
+    if annotation is abc.Callable or origin is abc.Callable:
+        return k.Function()
+    if isinstance(annotation, type) and annotation is not object:
+        return r.Instance(annotation)
+    return None
+
+
+def _real(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass
+class Spec:
+    """What the wrapper checks: (index or None, name, rule, default) per parameter."""
+
+    label: str
+    checks: list
+    star: tuple | None = None  # (index, rule) for *args
+    extra: object = None  # the rule of each **kwargs value
+    cross: list = dataclasses.field(default_factory=list)  # (name, AxisOf, mesh index, default)
+    result: object = None
+    undeclared: tuple = ()  # parameters with no kind (tests list them)
+
+
+def spec_of(fn, label: str) -> Spec:
+    """Read ``fn``'s signature once: a rule per parameter (the annotations are resolved in the
+    function's module)."""
+    sig = inspect.signature(fn)
+    space = getattr(fn, "__globals__", {})
+    spec, positions, undeclared = Spec(label, []), {}, []
+    for i, (name, p) in enumerate(sig.parameters.items()):
+        positions[name] = i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None
+        if i == 0 and name in ("self", "cls"):
+            continue
+        rule = rule_for(_resolve(p.annotation, space), p.default)
+        if rule is None:
+            undeclared.append(name)
+            continue
+        if p.default is None and not isinstance(rule, r.Maybe):
+            rule = r.Maybe(rule)
+        if p.kind is p.VAR_POSITIONAL:
+            spec.star = (i, rule)
+        elif p.kind is p.VAR_KEYWORD:
+            spec.extra = rule
+        else:
+            spec.checks.append((positions[name], name, rule, p.default))
+    for index, name, rule, _ in spec.checks:
+        inner = rule.rule if isinstance(rule, r.Maybe) else rule
+        if isinstance(inner, k.AxisOf) and inner.mesh in positions:
+            mesh_default = sig.parameters[inner.mesh].default
+            spec.cross.append((index, name, inner, positions[inner.mesh], mesh_default))
+    if sig.return_annotation is not sig.empty:
+        res = rule_for(_resolve(sig.return_annotation, space), result=True)
+        spec.result = res if res is not None and type(res).result is not r.Rule.result else None
+    spec.undeclared = tuple(undeclared)
+    return spec
+
+
+def _resolve(annotation, space):
+    if not isinstance(annotation, str):
+        return None if annotation is inspect.Parameter.empty else annotation
+    try:
+        return eval(annotation, space)
+    except Exception:  # a name only imported for type checkers: nothing to check
+        return None
+
+
+def _value(index, name, args, kwargs, default):
+    if index is not None and index < len(args):
+        return args[index]
+    return kwargs.get(name, default)
+
+
+def check(spec: Spec, args: tuple, kwargs: dict, error: type[Exception]) -> None:
+    """Check a call's arguments against ``spec``, raising the first problem found."""
+    n = len(args)
+    for index, name, rule, default in spec.checks:
+        if index is not None and index < n:
+            value = args[index]
+        elif name in kwargs:
+            value = kwargs[name]
+        else:
+            continue
+        if value is not default:
+            rule.check(name, value, error)
+    if spec.star is not None:
+        for j, value in enumerate(args[spec.star[0]:]):
+            spec.star[1].check(f"*args[{j}]", value, error)
+    if spec.extra is not None:
+        named = {name for _, name, _, _ in spec.checks}
+        for name, value in kwargs.items():
+            if name not in named:
+                spec.extra.check(name, value, error)
+    for index, name, axis, mesh_index, mesh_default in spec.cross:
+        value = _value(index, name, args, kwargs, None)
+        mesh = _value(mesh_index, axis.mesh, args, kwargs, mesh_default)
+        if isinstance(value, str) and mesh is not None and mesh is not inspect.Parameter.empty:
+            axis.within(name, value, mesh, error)
+
+
+def check_result(spec: Spec, value, error: type[Exception]) -> None:
+    """A NaN where a number must be one, or a negative size or time, is an error."""
+    problem = spec.result.result(value) if spec.result is not None else ""
+    if not problem and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        problem = _field_problem(value)
+    if problem:
+        raise error(f"the result is {problem} for these arguments: they are outside what "
+                    f"the model covers; check them against the docstring.")
+
+
+def _field_problem(value) -> str:
+    for name in _float_fields(type(value)):
+        x = getattr(value, name, None)
+        if isinstance(x, float) and math.isnan(x):
+            return f"NaN in its {name}"
+    return ""
+
+
+@functools.cache
+def _float_fields(cls) -> tuple[str, ...]:
+    if not cls.__module__.startswith("tpviz"):
+        return ()
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.type in ("float", float) and not (isinstance(f.default, float)
+                                                        and math.isnan(f.default)))
+
+
+def _internal(frame) -> bool:
+    """Whether the call comes from tpviz itself (through dataclasses' replace and friends)."""
+    name = frame.f_globals.get("__name__", "")
+    while name in _PASS_THROUGH and frame.f_back is not None:
+        frame = frame.f_back
+        name = frame.f_globals.get("__name__", "")
+    return name.startswith("tpviz")
+
+
+def public(fn=None, *, error: type[Exception] = ArgumentError, label: str | None = None):
+    """Wrap ``fn`` so that each call from outside tpviz is checked against its signature (see
+    the module's docstring). Usable as ``@public`` or ``@public(error=ScheduleError)``."""
+    if fn is None:
+        return functools.partial(public, error=error, label=label)
+    if hasattr(fn, MARK):
+        return fn
+    spec = spec_of(fn, label or fn.__qualname__)
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        if _internal(sys._getframe(1)):
+            return fn(*args, **kwargs)
+        try:
+            check(spec, args, kwargs, error)
+            out = fn(*args, **kwargs)
+            check_result(spec, out, error)
+        except TpvizError as e:
+            _prefix(e, spec.label)
+            raise
+        return out
+
+    setattr(checked, MARK, spec)
+    return checked
+
+
+def _prefix(e: TpvizError, label: str) -> None:
+    text = str(e.args[0]) if e.args else ""
+    if e.args and not text.startswith(label.rpartition(".")[2]) and not hasattr(e, "_named"):
+        e.args = (f"{label}: {text}", *e.args[1:])
+    e._named = True
+
+
+def publish(namespace: dict, *, error: type[Exception] = ArgumentError) -> None:
+    """Wrap every function, class and module of ``namespace["__all__"]`` with :func:`public`,
+    where they are defined too (so ``tpviz.pipeline.plan.schedule`` is the checked one)."""
+    package = namespace["__name__"]
+    for name in namespace["__all__"]:
+        obj = namespace.get(name)
+        if isinstance(obj, types.ModuleType) and obj.__name__.startswith("tpviz"):
+            for inner in members(obj):
+                setattr(obj, inner, _publish_one(getattr(obj, inner), error,
+                                                 f"{obj.__name__}.{inner}"))
+        elif obj is not None:
+            namespace[name] = _publish_one(obj, error, f"{package}.{name}")
+
+
+def members(module: types.ModuleType) -> list[str]:
+    """A module's public names: its ``__all__``, else what it defines (not what it imports)."""
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return list(names)
+    return [n for n, x in vars(module).items()
+            if not n.startswith("_") and getattr(x, "__module__", "") == module.__name__]
+
+
+def _publish_one(obj, error, label):
+    if isinstance(obj, type):
+        _publish_class(obj, error)
+        return obj
+    if not inspect.isfunction(obj) or not obj.__module__.startswith("tpviz"):
+        return obj
+    wrapped = public(obj, error=error, label=label.removeprefix("tpviz."))
+    home = sys.modules.get(obj.__module__)
+    if home is not None and getattr(home, obj.__name__, None) is obj:
+        setattr(home, obj.__name__, wrapped)
+    return wrapped
+
+
+def _publish_class(cls: type, error) -> None:
+    if (not cls.__module__.startswith("tpviz") or issubclass(cls, BaseException)
+            or "__tpviz_class__" in vars(cls) or hasattr(cls, "_fields")):  # NamedTuple: hot
+        return
+    cls.__tpviz_class__ = True
+    for name, value in list(vars(cls).items()):
+        if name.startswith("_") and name != "__init__":
+            continue
+        label = f"{cls.__module__.removeprefix('tpviz.')}.{cls.__qualname__}.{name}"
+        if inspect.isfunction(value):
+            setattr(cls, name, public(value, error=error, label=label))
+        elif isinstance(value, staticmethod | classmethod) and inspect.isfunction(value.__func__):
+            setattr(cls, name, type(value)(public(value.__func__, error=error, label=label)))
+
+
+def published(obj) -> Spec | None:
+    """The :class:`Spec` a public function is checked against (None: not wrapped)."""
+    return getattr(obj, MARK, None)
