@@ -128,7 +128,7 @@ $(INSTRUCTOR): $(STAMP) pyproject.toml
 	@touch $@
 
 student: $(INSTRUCTOR)
-	$(BIN)/python -m tpviz.grading.student book student
+	$(BIN)/python -m tpviz.grading.release book student
 
 grade: $(INSTRUCTOR)
 	$(BIN)/python -m tpviz.grading.grade submissions grades

@@ -156,6 +156,18 @@ CALLS = [
     (f("pytorch.plan", "compare"), dict(torch_name="Schedule1F1B", order={0: ["0F0"]},
                                         microbatches=1),
      {"torch_name": "s", "order": "o", "microbatches": "i"}),
+    # chapter 14: serving priced on core.hardware, and the paged cache
+    (f("inference", "kv_cache_bytes"), dict(model="LLaMA-3 70B", tokens=8192, dtype="int8"),
+     {"model": "s", "dtype": "s"}),
+    (f("inference", "decode"), dict(model="LLaMA-3 70B", system="TPU v5e", chips=16, batch=8,
+                                    context=4096, dtype="int8"),
+     {"model": "s", "system": "s", "chips": "i", "batch": "i", "dtype": "s"}),
+    (f("inference", "prefill"), dict(model="LLaMA-3 70B", system="H100", chips=8, tokens=2048),
+     {"system": "s", "chips": "i", "tokens": "i"}),
+    (f("inference", "speculative"), dict(acceptance=0.8, draft_tokens=4, cost_ratio=0.1),
+     {"acceptance": "f", "cost_ratio": "f"}),
+    (f("inference.paged", "simulate"), dict(lengths=[10, 20], max_tokens=64, block=16),
+     {"max_tokens": "i", "block": "i"}),
     # the cross-process command's arguments (refused before any process starts)
     (lambda argv=(): _cluster(argv), dict(argv=None), {"argv": "c"}),
 ]

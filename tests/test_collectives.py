@@ -79,7 +79,7 @@ def test_ring_time_is_the_core_collectives_ring_cost():
 
 def test_parameter_server_reproduces_the_lecture():
     """ResNet-50: 0.1 GB of gradients, 256 workers, 300 GB/s: 2KV/β ≈ 0.17 s (0.16 s with
-    GB/s read as 2^30 bytes per second); the ring needs 2(K-1)/K·V/β ≈ 0.67 ms."""
+    GB/s read as 2^30 bytes per second); the ring needs 2(N-1)/N·V/β ≈ 0.67 ms."""
     ps = C.plan("parameter-server", "all-reduce", 256, 0.1e9)
     assert ps.time(0, 300e9) == pytest.approx(2 * 256 * 0.1e9 / 300e9)
     assert round(ps.time(0, 300 * 2**30), 2) == 0.16

@@ -4,7 +4,7 @@ their published figures, and the thresholds against the Scaling Book's."""
 import pytest
 
 from tpviz.core import hardware as hw
-from tpviz.errors import ArgumentError
+from tpviz.errors import ArgumentError, ArgumentTypeError
 
 V = 1.6e8  # bytes of the whole array
 
@@ -53,7 +53,8 @@ def test_hierarchical_on_two_and_thirty_two_nodes():
     # NVLink: 7/8 · V / 450e9 = 3.11 ms; NICs: 1/2 · V / 400e9 = 2 ms -> NVLink bounds
     assert two.bandwidth_s == pytest.approx(7 / 8 * 1.6e9 / 4.5e11)
     assert two.bound == "NVLink"
-    assert two.latency_s == pytest.approx(7 * 0.6e-6 + 1 * 2.7e-6)
+    # NCCL's ring/LL model: baseLat 6.6 µs, then 0.6 µs per NVLink step, 2.7 µs per network step
+    assert two.latency_s == pytest.approx(6.6e-6 + 7 * 0.6e-6 + 1 * 2.7e-6)
     many = c.price("all-reduce", 1.6e9, 256)
     # NICs: 2 · 31/32 · V / 400e9 = 7.75 ms beats NVLink's 6.22 ms
     assert many.bandwidth_s == pytest.approx(2 * 31 / 32 * 1.6e9 / 4e11)
@@ -63,19 +64,103 @@ def test_hierarchical_on_two_and_thirty_two_nodes():
     assert strided.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 5e10)
 
 
-def test_sharp_halves_the_all_reduce():
+def test_sharp_all_reduce_costs_v_over_w():
     plain = hw.gpu_cluster("H100", 8).price("all-reduce", 1.6e9)
     sharp = hw.gpu_cluster("H100 + SHARP", 8).price("all-reduce", 1.6e9)
     assert plain.bandwidth_s == pytest.approx(2 * 7 / 8 * 1.6e9 / 4.5e11)
     assert sharp.bandwidth_s == pytest.approx(1.6e9 / 4.5e11)  # B / W (austin2025scaling)
+    # 2·(7/8) = 1.75× in theory on 8 GPUs ("the predicted 75%"), not 2×
+    assert plain.bandwidth_s / sharp.bandwidth_s == pytest.approx(1.75)
 
 
 def test_small_arrays_are_latency_bound():
-    # the Scaling Book: 256 bytes over a 4-axis of a 4x4x4 v5p: two hops, ~2 µs
-    p = hw.tpu("TPU v5p", (4, 4, 4)).price("all-gather", 256, (0,))
+    # the Scaling Book (Sharded Matrices, Q3): 256 bytes over a 4-axis of a v4p 4x4x4: two hops
+    p = hw.tpu("TPU v4p", (4, 4, 4)).price("all-gather", 256, (0,))
     assert p.latency_s == pytest.approx(2e-6)
     assert p.bound == "latency"
-    assert p.seconds == pytest.approx(2e-6 + 3 / 4 * 256 / 1.8e11)
+    assert p.seconds == pytest.approx(2e-6 + 3 / 4 * 256 / 9e10)
+    # the max() model takes the larger term, the α–β model adds them
+    assert p.overlapped_s == pytest.approx(2e-6)
+    # its Pop Quiz 2: 32 kB per chip over the 4-axis of a v5e {X: 8, Y: 4}: 3 hops (max():
+    # 3 µs; measured about 8 µs); the sum adds 3/4 · 131,072 B over one link
+    q = hw.tpu("TPU v5e", (8, 4)).price("all-gather", 256 * 256 * 2, (1,))
+    assert q.overlapped_s == pytest.approx(3e-6)
+    assert q.seconds == pytest.approx(3e-6 + 3 / 4 * 131072 / 4.5e10)  # 5.2 µs
+
+
+def test_v4p_has_its_published_numbers_and_wraparound():
+    chip = hw.CHIPS["TPU v4p"]  # 275 TFLOP/s bf16 and int8, 32 GB HBM at 1.2e12 B/s
+    assert (chip.peak(), chip.peak("int8"), chip.hbm_bytes, chip.hbm_bandwidth) == (
+        2.75e14, 2.75e14, 32e9, 1.2e12)
+    s = hw.tpu("TPU v4p", (4, 4, 4))  # the contract; whole cubes wrap
+    assert s.wrap == (True, True, True) and hw.tpu("TPU v4p", (2, 2, 4)).wrap == (False,) * 3
+    assert hw.TPUS["TPU v4p"].link == 4.5e10 and hw.TPUS["TPU v4p"].pod == (16, 16, 16)
+    # Sharded Matrices, Q2: AllGather_XY([B_X, D_Y]), B = 1024, D = 4096, bf16: 2BD over two
+    # wrapped axes, (15/16)·V/(2 · 9e10) ≈ the book's 46 µs, plus 2 + 2 hops
+    v = 2 * 1024 * 4096
+    p = s.price("all-gather", v, (0, 1))
+    assert p.bandwidth_s == pytest.approx(15 / 16 * v / 1.8e11)
+    assert p.latency_s == pytest.approx(4e-6)
+    with pytest.raises(ArgumentError, match="mesh_shape"):
+        hw.tpu("TPU v4p", (16, 16, 32))
+
+
+def test_permute_follows_distance_and_ports():
+    v = 2 * 8 * 128 * 8192  # the Scaling Book's Q5: bf16[8, 128, 8192], 16,777,216 bytes
+    q5 = hw.tpu("TPU v5e", (4, 4)).send(v, (0, 0), (3, 3))
+    # no wraparound on a 4x4: half right, half down (two ports), 3 + 3 hops
+    assert q5.bandwidth_s == pytest.approx(v / (2 * 4.5e10))  # 186.4 µs
+    assert q5.latency_s == pytest.approx(6e-6)
+    assert q5.seconds == pytest.approx(v / 9e10 + 6e-6)
+    assert hw.tpu("TPU v5e", (4, 4)).send(v, 0, 15) == q5  # indices, row-major
+    # a neighbour: one port, one hop
+    one = hw.tpu("TPU v5e", (4, 4)).send(v, (0, 0), (0, 1))
+    assert (one.bandwidth_s, one.latency_s) == pytest.approx((v / 4.5e10, 1e-6))
+    # half-way round a ring of 16: both ways at once, 8 hops
+    half = hw.tpu("TPU v5e", (16, 16)).send(v, (0, 0), (8, 0))
+    assert (half.bandwidth_s, half.latency_s) == pytest.approx((v / 9e10, 8e-6))
+    # with wraparound the short way: (0, 0) -> (15, 15) is 1 + 1 hops on a 16x16
+    assert hw.tpu("TPU v5e", (16, 16)).send(v, (0, 0), (15, 15)).latency_s == pytest.approx(
+        2e-6)
+    # a ring of ppermute (chip i to i + 1, the last to the first) over one axis: on a ring each
+    # link carries V one way, one hop; on a line the last message walks back over n - 1 hops
+    ring = hw.tpu("TPU v5e", (16, 16)).price("collective-permute", v, (0,))
+    line = hw.tpu("TPU v5e", (4, 4)).price("collective-permute", v, (0,))
+    assert (ring.bandwidth_s, ring.latency_s) == pytest.approx((v / 4.5e10, 1e-6))
+    assert (line.bandwidth_s, line.latency_s) == pytest.approx((v / 4.5e10, 3e-6))
+    # two messages over the same link add up
+    both = hw.tpu("TPU v5e", (4, 4)).permute(v, [((0, 0), (0, 2)), ((0, 1), (0, 3))])
+    assert both.bandwidth_s == pytest.approx(2 * v / 4.5e10)
+    with pytest.raises(ArgumentError, match="source"):
+        hw.tpu("TPU v5e", (4, 4)).send(v, (0, 4), (0, 0))
+    with pytest.raises(ArgumentTypeError, match="pairs"):
+        hw.tpu("TPU v5e", (4, 4)).permute(v, 5)
+
+
+def test_groups_are_laid_out_along_torus_axes():
+    v5e, v5p = hw.TPUS["TPU v5e"], hw.TPUS["TPU v5p"]
+    assert (v5e.group(4).mesh_shape, v5e.group(4).wrap) == ((4,), (False,))
+    assert (v5e.group(16).wrap, v5e.group(32).mesh_shape) == ((True,), (16, 2))
+    assert (v5p.group(8).wrap, v5p.group(2).wrap) == ((True,), (False,))
+    assert v5p.group(4096).mesh_shape == (16, 16, 16)
+    with pytest.raises(ArgumentError, match="devices"):
+        v5e.group(17)
+
+
+@pytest.mark.parametrize("name", ["LLaMA-3 70B", "GPT-3 175B"])
+def test_flops_conventions(name):
+    m = hw.MODELS[name]
+    attention = 12 * m.seq * m.heads * m.d * m.layers  # QKᵀ and AV, every score, training
+    matmul = 6 * (m.layers * m.layer_matmul_params + m.vocab * m.hidden)
+    assert m.flops_per_token(convention="6N") == 6 * m.active_params
+    assert m.flops_per_token(convention="causal") == matmul + attention / 2
+    assert m.flops_per_token() == m.flops_per_token(convention="full") == matmul + attention
+    with pytest.raises(ArgumentError, match="convention"):
+        m.flops_per_token(convention="kaplan")
+
+
+def test_llama3_70b_6n_is_six_times_its_parameters():
+    assert hw.MODELS["LLaMA-3 70B"].flops_per_token(convention="6N") == 6 * 70_553_706_496
 
 
 def test_roofline_of_a_v5e_matmul():
@@ -138,3 +223,12 @@ def test_mesh2d_and_zero_give_the_same_fsdp_bytes():
     # ZeRO stage 3 gathers again for the backward pass: 12·D·F, one gather more, by name
     assert zero.collectives(d * f * 2, n, 3).sent_bytes() == pytest.approx(
         zero.fsdp_collectives(weights, n).sent_bytes()) == pytest.approx(3 * 7 / 8 * weights)
+
+
+def test_more_scaling_book_answers():
+    # How to Think About TPUs, Q1: 200B bf16 parameters over 32 v4p: 12.5e9 bytes per chip at
+    # 1.2e12 B/s (the book rounds with 1.23e12 to "around 10ms")
+    assert hw.roofline("TPU v4p", 0, 400e9 / 32).memory_s == pytest.approx(12.5e9 / 1.2e12)
+    # How to Think About GPUs: an all-to-all inside a node costs B(N - 1)/(W N²)
+    a2a = hw.gpu_cluster("H100", 8).price("all-to-all", 1e9)
+    assert a2a.bandwidth_s == pytest.approx(1e9 * 7 / (4.5e11 * 64))

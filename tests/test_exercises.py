@@ -63,7 +63,7 @@ def test_total(capsys):
 
     passes(ex.check_total, shard(lambda b: jax.lax.psum(b.sum(), "X")), x, capsys=capsys)
     # all-reduces the whole block, then sums: right value, 16x the bytes
-    fails(ex.check_total, shard(lambda b: jax.lax.psum(b, "X").sum()), x, words="a single number")
+    fails(ex.check_total, shard(lambda b: jax.lax.psum(b, "X").sum()), x, words="one number")
     # forgets the psum: shard_map refuses the unreplicated output; reported, not a traceback
     fails(ex.check_total, shard(lambda b: b.sum()), x, words="total\\(x\\) raised")
     # the mean instead of the sum

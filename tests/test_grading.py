@@ -21,7 +21,7 @@ from tpviz.grading.student import BEGIN, END, strip_solutions, strip_worked_answ
 
 pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
 
-from tpviz.grading.course import release
+from tpviz.grading.release import release
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 NOTEBOOKS = sorted(BOOK.glob("[0-9]*.ipynb"))
@@ -98,56 +98,52 @@ def test_a_check_cell_saying_not_attempted_scores_zero_outside_the_kernel():
     assert determine_grade(cell) == (0, 2)
 
 
-def _cell(gid, grade=False, solution=False):
-    return {"cell_type": "code", "source": gid, "outputs": [], "execution_count": None,
-            "metadata": {"nbgrader": {"grade_id": gid, "grade": grade, "solution": solution}}}
+def _cell(gid, grade=False, solution=False, source=None):
+    return {"cell_type": "code", "source": source or gid, "outputs": [], "execution_count": None,
+            "metadata": {"nbgrader": {"grade_id": gid, "grade": grade, "solution": solution,
+                                      **({"points": 1} if grade else {})}}}
+
+
+def _release():
+    return {"cells": [_cell("a_answer", solution=True, source="x = ..."),
+                      _cell("a", grade=True, source="tpviz.exercises.check_a(x)"),
+                      _cell("b_answer", solution=True, source="y = ..."),
+                      _cell("b", grade=True, source="tpviz.exercises.check_b(y, k=x)")]}
+
+
+def test_check_cells_are_the_releases_and_every_change_is_named():
+    from tpviz.grading.prepare import prepare
+
+    sub = {"cells": [_cell("a_answer", solution=True, source="x = 1"),
+                     _cell("a_renamed", grade=True, source="tpviz.exercises.check_a(x)"),
+                     _cell("b_answer", solution=True, source="y = ..."),
+                     _cell("mine", source="print(1)"),
+                     _cell("b", grade=True, source="pass  # an edited check cell")]}
+    sub["cells"][2]["metadata"]["nbgrader"]["grade"] = True  # an answer marked as graded
+    p = prepare(json.dumps(sub).encode(), _release())
+    sources = ["".join(c["source"]) for c in p.notebook["cells"]]
+    assert sources == ["x = 1", "tpviz.exercises.check_a(x)", "y = ...",
+                       "tpviz.exercises.check_b(y, k=x)", "print(1)"]
+    assert [(e["grade_id"], e["index"], e["checker"], e["args"], e["kwargs"])
+            for e in p.exercises] == [("a", 1, "check_a", ["x"], {}),
+                                      ("b", 3, "check_b", ["y"], {"k": "x"})]
+    assert p.untouched == {"b"}  # its answer is still the stub
+    text = " | ".join(p.notes)
+    assert "cell 1: its grade_id was changed from 'a' to 'a_renamed'" in text
+    assert "cell 4: the check cell of b was edited" in text
+    with pytest.raises(ValueError, match="not a Jupyter notebook"):
+        prepare(b'{"cells": 3}', _release())
 
 
 def test_deleted_check_cells_are_put_back_in_place():
-    from tpviz.grading.jobs import restore_check_cells
+    from tpviz.grading.prepare import prepare
 
-    chapter = {"cells": [_cell("a_answer", solution=True), _cell("a", grade=True),
-                         _cell("b_answer", solution=True), _cell("b", grade=True)]}
     sub = {"cells": [_cell("a_answer", solution=True), _cell("b_answer", solution=True),
                      _cell("mine")]}
-    data, restored = restore_check_cells(json.dumps(sub).encode(), json.dumps(chapter).encode())
-    assert restored == ["a", "b"]
-    assert [c["source"] for c in json.loads(data)["cells"]] == [
+    p = prepare(json.dumps(sub).encode(), _release())
+    assert [c["metadata"]["nbgrader"]["grade_id"] for c in p.notebook["cells"]] == [
         "a_answer", "a", "b_answer", "b", "mine"]
-    assert restore_check_cells(b"{ not json", json.dumps(chapter).encode()) == (
-        b"{ not json", [])
-
-
-def test_a_timeout_is_charged_to_its_exercise(tmp_path):
-    from tpviz.grading.jobs import timeouts
-
-    late = {"output_type": "error", "ename": "CellTimeoutError", "evalue": "", "traceback": []}
-    cells = [_cell("a_answer", solution=True), _cell("a", grade=True),
-             _cell("b_answer", solution=True), _cell("b", grade=True), _cell("c", grade=True)]
-    cells[2]["outputs"] = [late]  # the answer cell of b hung
-    cells[4]["outputs"] = [late]  # the check cell of c hung
-    path = tmp_path / "nb.ipynb"
-    path.write_text(json.dumps({"cells": cells}))
-    assert timeouts(path) == {"b", "c"}
-
-
-@pytest.mark.slow
-def test_a_courses_nbgrader_worker_reports_failures_and_comes_back(monkeypatch):
-    from tpviz.grading.course import Course
-
-    monkeypatch.setattr(Course, "nbgrader", lambda *args: "")  # no generate_assignment: empty
-    with Course([]) as course:
-        ok, log = course.grade("autograde", "05_zero", "nobody")  # no such assignment
-        assert not ok and "05_zero" in log
-        first = course._worker
-        ok, log = course.grade("export", "05_zero", "nobody")
-        assert not ok and "unknown command 'export'" in log
-        first.kill()
-        first.wait()
-        ok, log = course.grade("export", "05_zero", "nobody")  # a new worker answers
-        second = course._worker
-        assert second is not first and "unknown command" in log
-    assert second.returncode == 0 and first.stdout.closed  # stopped, nothing left open
+    assert sum("was missing; it was put back" in n for n in p.notes) == 2
 
 
 def test_a_misnamed_submission_is_reported_and_skipped(tmp_path):
@@ -263,7 +259,7 @@ def test_never_overwrites_a_changed_file(tmp_path):
 
 
 def test_student_command_refuses_the_book_folder(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "tpviz.grading.student", str(BOOK), str(BOOK)],
+    run = subprocess.run([sys.executable, "-m", "tpviz.grading.release", str(BOOK), str(BOOK)],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "refusing to write into" in run.stderr
     assert sum(BEGIN in p.read_text() for p in NOTEBOOKS) == len(NOTEBOOKS)
@@ -390,3 +386,18 @@ def test_a_cell_reading_an_answer_is_found():
     rebound = cell("k = 3\nprint(k + 1)")
     assert _answer_problems({"cells": [answer, called, later, rebound, later]}) == (
         ["ex1 calls the answer f()", "a cell after ex1_answer reads its answer 'k'"], 1)
+
+
+def test_notebooks_anywhere_are_found_or_reported(tmp_path):
+    from tpviz.grading.grade import find_submissions
+
+    for rel in ("ada/05_zero.ipynb", "ada/old/05_zero.ipynb", "eve smith/hw/10_moe.ipynb",
+                "loose.ipynb", "bob/.ipynb_checkpoints/05_zero-checkpoint.ipynb"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    found, notes = find_submissions(tmp_path)
+    assert found == {"ada": {"05_zero": tmp_path / "ada/05_zero.ipynb"},
+                     "eve smith": {"10_moe": tmp_path / "eve smith/hw/10_moe.ipynb"}}
+    assert "loose.ipynb: a notebook in no student's folder; not graded" in notes[""][0]
+    assert "a second 05_zero.ipynb in ada's folder; not graded" in notes["ada"][0]
+    assert "found in a sub-folder; graded as eve smith's 10_moe" in notes["eve smith"][0]

@@ -9,7 +9,7 @@ from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.errors import ArgumentError
 
 TOPICS = ["layouts", "machines", "matmul", "megatron", "mesh2d", "pipeline", "asyncpipe", "zero",
-          "moe", "autoshard", "context"]
+          "moe", "autoshard", "context", "inference"]
 
 
 def _figure(**kw):

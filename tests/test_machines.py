@@ -32,7 +32,7 @@ def test_check_matmul_ridge(capsys):
     passes(ex.check_matmul_ridge, 319, capsys=capsys)
     fails(ex.check_matmul_ridge, 295, words="ridge itself")
     fails(ex.check_matmul_ridge, 240, words="memory-bound")
-    fails(ex.check_matmul_ridge, 400, words="smaller B")
+    fails(ex.check_matmul_ridge, 400, words="compute-bound, but so is a smaller B")
     stub(ex.check_matmul_ridge, ..., capsys=capsys)
 
 
@@ -46,9 +46,12 @@ def test_check_wraparound(capsys):
 
 
 def test_check_ring_all_to_all(capsys):
-    passes(ex.check_ring_all_to_all, 1e9 / (8 * 4.5e10) * 1e3 + 0.008, capsys=capsys)
-    fails(ex.check_ring_all_to_all, 15 / 256 * 1e9 / 9e10 * 1e3, words="switch")
-    fails(ex.check_ring_all_to_all, 1e9 / (4 * 4.5e10) * 1e3, words="not right")
+    # 16 MB: each link carries V/8 each way at 4.5e10 B/s (44.4 µs), plus 8 hops of 1 µs
+    passes(ex.check_ring_all_to_all, 16e6 / (8 * 4.5e10) * 1e3 + 0.008, capsys=capsys)
+    fails(ex.check_ring_all_to_all, 16e6 / (8 * 4.5e10) * 1e3, words="latency")
+    fails(ex.check_ring_all_to_all, 15 / 256 * 16e6 / 9e10 * 1e3, words="switch")
+    fails(ex.check_ring_all_to_all, 15 / 256 * 16e6 / 9e10 * 1e3 + 0.008, words="switch")
+    fails(ex.check_ring_all_to_all, 16e6 / (4 * 4.5e10) * 1e3 + 0.008, words="not right")
 
 
 def test_check_hop_crossover(capsys):
@@ -58,8 +61,9 @@ def test_check_hop_crossover(capsys):
 
 
 def test_check_sharp(capsys):
-    plain = 2 * 7 / 8 * 1e9 / 4.5e11 + 2 * 7 * 0.6e-6
-    sharp = 1e9 / 4.5e11 + 2 * 0.6e-6
+    # NCCL's base latency 6.6 µs per collective, then 0.6 µs per NVLink ring step
+    plain = 2 * 7 / 8 * 1e9 / 4.5e11 + 6.6e-6 + 2 * 7 * 0.6e-6
+    sharp = 1e9 / 4.5e11 + 6.6e-6 + 2 * 0.6e-6
     passes(ex.check_sharp, plain / sharp, capsys=capsys)
     fails(ex.check_sharp, 2.0, words="2 \\(N - 1\\)/N")
     fails(ex.check_sharp, 1.3, words="not right")
@@ -118,9 +122,21 @@ def test_check_fast_gather(capsys):
 
 def test_check_pod_design(capsys):
     # B/N = 512 tokens, α = 4.59e14 / 1.8e11 = 2550: TP needs Y ≤ M_Y·F/α = 11.2·M_Y and
-    # FSDP X ≤ B·M_X/α = 822·M_X
-    passes(ex.check_pod_design, 1024, 4, 2, 1, capsys=capsys)
-    passes(ex.check_pod_design, 256, 16, 1, 2, capsys=capsys)
-    fails(ex.check_pod_design, 64, 64, 1, 2, words="tensor parallelism")
-    fails(ex.check_pod_design, 4096, 1, 2, 1, words="FSDP")
-    fails(ex.check_pod_design, 1024, 4, 2, 2, words="3")
+    # FSDP X ≤ B·M_X/α = 822·M_X. Layouts: each torus axis of 16 split x_a·y_a = 16.
+    # Y = 4 on sub-rings of one axis, X = 4·16·16 over all three
+    passes(ex.check_pod_design, 1024, 4, 3, 1, capsys=capsys)
+    # Y = 4·4 over two shared axes, X = 4·4·16 over three
+    passes(ex.check_pod_design, 256, 16, 3, 2, capsys=capsys)
+    passes(ex.check_pod_design, 2048, 2, 3, 1, capsys=capsys)
+    # the old key: X = 1,024 cannot fit on 2 torus axes (16·16 = 256 chips)
+    fails(ex.check_pod_design, 1024, 4, 2, 1, words="cannot be laid out")
+    fails(ex.check_pod_design, 512, 8, 1, 2, words="at most 16 chips")
+    # whole axes: Y = 16 on one axis is communication-bound (16 > 11.2)
+    fails(ex.check_pod_design, 256, 16, 2, 1, words="tensor parallelism")
+    fails(ex.check_pod_design, 16, 256, 1, 2, words="tensor parallelism")
+    # Y = 64 over three axes: 64 > 33.7
+    fails(ex.check_pod_design, 64, 64, 3, 3, words="tensor parallelism")
+    # no tensor parallelism: X = 4,096 > 822·3
+    fails(ex.check_pod_design, 4096, 1, 3, 0, words="FSDP")
+    fails(ex.check_pod_design, 1024, 4, 3, 3, words="cannot be laid out")
+    fails(ex.check_pod_design, 1024, 2, 3, 1, words="4,096")

@@ -139,8 +139,11 @@ def test_explorer_accepts_case_2_with_the_axis_on_b_or_f():  # issue 27: FSDP's 
     fig = render_matmul("X=2, Y=4", "In[B_X, D]", "W1[D_X, F]", 256, 512, 256, "TPU v5e (ICI)",
                         False, True)
     assert any("all-gather" in t.get_text() for t in fig.texts)
-    rows = matmul_rows("X[B_X, D] · W[D_X, F] (FSDP)", 256, 256, 256, "TPU v5e (ICI)", False)
-    assert "case 2" in str(rows) and "X[B_X, D] (FSDP)" not in CASES
+    rows = matmul_rows("In[B_X, D] · W1[D_X, F] (FSDP)", 256, 256, 256, "TPU v5e (ICI)", False)
+    assert "case 2" in str(rows) and "In[B_X, D] (FSDP)" not in CASES
+    # each label plans the layouts it names (the gather case gathers In along D; W1 is whole)
+    for label, (x, w) in CASES.items():
+        assert label.startswith(f"{x} · {w}")
 
 
 # --- the chapter's new checkers: the right answer, plausible wrong answers, the stub -----------
@@ -169,9 +172,10 @@ def test_matmul_design_checker(capsys):
     check = tpviz.exercises.check_matmul_design
     # W1 whole on every device: 16 + 512 + 64 MiB
     _fails(check, "In[B_XY, D]", "W1[D, F]", 592 * mib, ms, words="over the 256 MiB")
-    # case 3 over Y: 16 + 128 + an all-reduced Out[B_X, F] of 256 MiB
+    # case 3 over Y: 16 + 128 + an all-reduced Out[B_X, F] of 256 MiB; Y is a line of 4 on a
+    # v5e (no wraparound below 16): 2 · (3/4) · V over one link of 4.5e10 B/s, 6 hops of 1 µs
     _fails(check, "In[B_X, D_Y]", "W1[D_Y, F]", 400 * mib,
-           2 * 3 / 4 * 4096 * 32768 * 2 / 9e10 * 1e3, words="over the 256 MiB")
+           (2 * 3 / 4 * 4096 * 32768 * 2 / 4.5e10 + 6e-6) * 1e3, words="over the 256 MiB")
     _fails(check, "In[B_X, D]", "W1[D, F_Y]", 192 * mib, ms, words="bytes per device")
     _fails(check, "In[B_X, D]", "W1[D, F_Y]", 256 * mib, 1.1 * ms, words="your time in ms")
     _fails(check, "In[B_X, D]", "W1[D, F_X]", 256 * mib, ms, words="not a valid plan")

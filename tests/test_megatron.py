@@ -168,7 +168,9 @@ def test_tp_bytes_checker(capsys):
 
 
 def _tp_ratio(n, h=5120, t=8 * 2048, s=2048):
-    comm = 4 * 2 * (n - 1) / n * t * h * 2 / 4.5e11  # 4 ring all-reduces on H100 NVLink
+    # 4 ring all-reduces on H100 NVLink, each with NCCL's base latency 6.6 µs and 2(n - 1)
+    # steps of 0.6 µs
+    comm = 4 * (2 * (n - 1) / n * t * h * 2 / 4.5e11 + 6.6e-6 + 2 * (n - 1) * 0.6e-6)
     compute = 3 * (2 * t * 12 * h * h / n + 4 * t * s * h / n) / 9.89e14
     return 100 * comm / compute  # percent
 

@@ -244,9 +244,9 @@ def _pl(module, name):
 
 
 SIZE_GUARDS = [
-    (lambda: _pl("collectives.plan", "plan")("ring", "all-reduce", 20000, 1e6), "K <= 256"),
+    (lambda: _pl("collectives.plan", "plan")("ring", "all-reduce", 20000, 1e6), "N <= 256"),
     (lambda: _pl("collectives", "render_collectives")("tree", 4096), "at most 64"),
-    (lambda: _pl("collectives.plan", "time")("naive", 10**6, 1e6, 1e-6, 1e9), "K <= 256"),
+    (lambda: _pl("collectives.plan", "time")("naive", 10**6, 1e6, 1e-6, 1e9), "N <= 256"),
     (lambda: _pl("layouts", "blocks")((4096, 4096), "A[I_X, J_Y]", {"X": 4096, "Y": 4096}),
      "limit of 16,384"),
     (lambda: _pl("autoshard", "stages")([1.0] * 2000, 8, 8, [(1,)]), "fewer, larger blocks"),

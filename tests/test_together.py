@@ -7,6 +7,7 @@ import pytest
 
 import tpviz
 from tpviz.core.exercises import ExerciseFailed
+from tpviz.errors import ArgumentError
 from tpviz.together import MODELS, activation_bytes, best, plan
 from tpviz.together import exercises as ex
 from tpviz.together.check import check_run, measure_remat
@@ -115,6 +116,41 @@ def test_remat_keeps_only_layer_inputs():
     assert none["bytes"] > 4 * activation_bytes(32, 2, 32, 4) / 2 * 0.9
     forward = 2 * 2 * 32 * 12 * 32 * 32 + 4 * 2 * 32 * 32 * 32  # 2bs·12h² + 4bs²h
     assert 0.5 * forward < full["flops"] - none["flops"] < 1.1 * forward
+
+
+@pytest.mark.slow
+def test_checkpoint_policies_keep_what_the_model_says():
+    # per token: H (the input) + F for "big matmuls"; + 3H (Q, K, V) + H (W_O's output) for
+    # the linear layers; + n_h·S scores + H (the attention output) for every dot: worked by
+    # hand for H = 32, F = 128, n_h = 4, S = 32: 160, 288, 448 values
+    from tpviz.together.memory import policy_recompute_flops, policy_values
+
+    cfg = Config(layers=2, hidden=32, heads=4, seq=32, batch=2)
+    base = measure_remat(cfg, "everything")["flops"]  # jax.checkpoint saving all it can
+    for policy, want in {"big matmuls": 160, "dots, no batch dims": 288, "dots": 448}.items():
+        assert policy_values(policy, 32, 4, 32) == want
+        got = measure_remat(cfg, policy)
+        assert got["bytes"] == 4 * want * 32 * 2  # float32, S·b tokens: read from the program
+        # the recomputed FLOPs: the recomputed matmuls (8H² + 4SH per token for the
+        # attention, 4SH for its core, 0 for "dots"), give or take element-wise work
+        model = 32 * 2 * policy_recompute_flops(policy, 32, 4, 32)
+        extra = got["flops"] - base
+        if policy == "dots":
+            assert abs(extra) < 0.05 * 1835008  # a few % of the forward pass
+        else:
+            assert 0.85 * model < extra < 1.15 * model  # 0.90-1.11 in JAX 0.7-0.12
+
+
+def test_policy_model_is_the_scaling_books_for_a_gated_mlp():
+    from tpviz.together.memory import policy_values
+
+    # the Scaling Book's 3 checkpoints per layer: 2·L·B·(D + 2F) bytes in bf16, its Q2 model
+    # (L = 40, D = 5120, F = 13824) at B = 16M tokens: about 4.2e13 bytes
+    per_token = policy_values("big matmuls", 5120, 40, 4096, 13824, gated=True)
+    assert per_token == 5120 + 2 * 13824
+    assert 2 * 40 * 16e6 * per_token == pytest.approx(4.19e13, rel=0.01)
+    with pytest.raises(ArgumentError, match="policy"):
+        policy_values("dots_saveable", 5120, 40, 4096)
 
 
 def _fails(checker, answer):

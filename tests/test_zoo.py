@@ -77,12 +77,23 @@ def test_zb_h2_memory_and_zb_v_memory_against_qi_et_al(p):
     assert zbv.bubble_fraction < h1.bubble_fraction
 
 
+def dualpipe_idle(pp: int, f: float, b_in: float, w: float) -> float:
+    """Idle time per device and step of DualPipe with PP stages: DeepSeek's table
+    (PP/2 - 1)(F&B + B - 3W), B = b_in + w a full backward and F&B = F + B (ideal devices
+    overlap no compute), plus what its op order adds where a forward or a weight gradient
+    outlasts the input gradient b_in, less what the middle ranks save by running their first
+    F and B apart (chapter 8's closed form, checked there over 1,600 points)."""
+    k, full = pp / 2 - 1, b_in + w
+    table = k * ((f + full) + full - 3 * w)
+    return table + k * (max(0.0, f - b_in) + max(0.0, w - b_in)) - min(f, k * max(0.0, b_in - f))
+
+
 @pytest.mark.parametrize("p", [4, 8])
 def test_dualpipe_memory_and_bubble_match_deepseeks_table(p):
     # deepseek-ai/DualPipe README (DeepSeek-AI 2024): PP stages; parameters 2x, activations
-    # PP + 1 per device; bubble (PP/2 - 1)(F&B + B - 3W), B a full backward, F&B one
-    # overlapped forward-and-backward op (here F + B: ideal devices overlap no compute)
-    for tf, tb, tw in [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 1.0, 0.5), (0.5, 1.0, 1.0)]:
+    # PP + 1 per device; bubble (PP/2 - 1)(F&B + B - 3W). Exactly the table where the input
+    # gradient B - W is as long as a forward and no shorter than W (DeepSeek's B = 2F, W = F)
+    for tf, tb, tw in [(1.0, 1.0, 1.0), (1.0, 1.0, 0.5), (0.5, 0.5, 0.5), (2.0, 2.0, 1.0)]:
         for name, v in (("dualpipe", 1), ("dualpipev", 2)):  # DualPipeV: PP = 2p half stages
             t = simulate(schedule(name, p, 2 * p), tf, tb, tw)
             f, full, w, pp = tf / v, (tb + tw) / v, tw / v, p * v
@@ -93,14 +104,34 @@ def test_dualpipe_memory_and_bubble_match_deepseeks_table(p):
 
 
 @pytest.mark.parametrize("name", ["dualpipe", "dualpipev"])
-def test_dualpipe_pays_more_than_the_table_when_a_forward_outlasts_a_backward(name):
-    # the table's idle assumes F <= B (a full backward at least as long as a forward); with
-    # F > B the fused F&B ops wait on the forward chain: 2 (PP/2 - 1)(F - B) more
-    p, v = 4, (2 if name == "dualpipev" else 1)
-    t = simulate(schedule(name, p, 2 * p), 2.0, 1.0, 0.5)
-    f, full, w, pp = 2.0 / v, 1.5 / v, 0.5 / v, p * v
-    table = (pp / 2 - 1) * ((f + full) + full - 3 * w)
-    assert t.makespan - t.work(0) == pytest.approx(table + 2 * (pp / 2 - 1) * (f - full))
+def test_dualpipe_idle_beside_the_table_where_f_or_w_outlast_the_input_gradient(name):
+    # the issue's points: (F, B, W) = (1, 1, 0.5) at PP = 4: table 1.5, op order 2; (1, 1.5, 1)
+    # at PP = 8: table 3, op order 6 (B a full backward; the simulator takes B - W)
+    v = 2 if name == "dualpipev" else 1
+    for pp, (f, full, w), table, found in ((4, (1, 1, 0.5), 1.5, 2.0), (8, (1, 1.5, 1), 3, 6)):
+        t = simulate(schedule(name, pp // v, 2 * pp), f * v, (full - w) * v, w * v)
+        assert dualpipe_idle(pp, f, full - w, w) == pytest.approx(found)
+        assert (pp / 2 - 1) * ((f + full) + full - 3 * w) == pytest.approx(table)
+        assert t.makespan - t.work(0) == pytest.approx(found)
+    # over a grid of 48 points per schedule: F > B - W, W > B - W, and the middle ranks' saving
+    for p, f, b_in, w in itertools.product((4, 8), (0.5, 1.0, 2.0), (0.5, 1.0), (0.25, 1.0, 2.0)):
+        pp = p * v
+        t = simulate(schedule(name, p, 2 * pp), f, b_in, w)
+        assert t.makespan - t.work(0) == pytest.approx(dualpipe_idle(pp, f / v, b_in / v,
+                                                                     w / v)), (p, f, b_in, w)
+
+
+def test_dualpipe_middle_ranks_run_their_first_f_and_b_apart():
+    # DualPipe.step, step 4, i == 0: "We don't overlap these two chunks to further reduce
+    # bubble size" on the middle ranks (DualPipeV: the last rank); every other pair of steps
+    # 4 and 5 is one _forward_backward_chunk
+    for name, p, m in (("dualpipe", 8, 16), ("dualpipe", 4, 12), ("dualpipev", 4, 8)):
+        s = schedule(name, p, m)
+        ranks, count = (p, m) if name == "dualpipev" else (p // 2, m // 2)
+        for d in range(p):
+            h = d if name == "dualpipev" else min(d, p - 1 - d)
+            pairs = 2 * (count - 2 * ranks + h + 1) + (ranks - h - 1)
+            assert len(s.paired[d]) == pairs - (h == ranks - 1), (name, d)
 
 
 def test_dualpipe_fused_op_waits_for_both_inputs():
@@ -250,3 +281,104 @@ def test_zb_v_respects_the_v_and_needs_2p_minus_1_microbatches():
             seen.add(tuple(op))
     with pytest.raises(ScheduleError, match="2p-1 = 7"):
         schedule("zb-v", 4, 6)
+
+
+@pytest.mark.parametrize("p", [4, 6])
+def test_zb_h1_and_zb_h2_idle_in_one_flushed_step(p):
+    # Qi et al. 2024 give ZB-H1 (p-1)(t_F+t_B-t_W) and ZB-H2 (p-1)(t_F+t_B-2t_W), derived at
+    # t_F = t_B = t_W. One flushed step of these op orders cannot beat the forward skew
+    # (p-1)t_F nor, ZB-H1, the backward skew (p-1)t_B; ZB-H2's deeper warm-up (2(p-d)-1
+    # forwards, built for t_F = t_B) waits (p-1)(t_B - t_F) more when backwards are longer
+    for tf, tb, tw in itertools.product((0.5, 1.0, 2.0), repeat=3):
+        h1 = simulate(schedule("zb-h1", p, 2 * p), tf, tb, tw)
+        h2 = simulate(schedule("zb-h2", p, 2 * p), tf, tb, tw)
+        assert h1.makespan - h1.work(0) == pytest.approx((p - 1) * max(tf + tb - tw, tf, tb))
+        assert h2.makespan - h2.work(0) == pytest.approx(
+            (p - 1) * max(tf + tb - 2 * tw, tf, tb - tf))
+    # the issue's points, p = 4: flushed ZB-H2 already idles the paper's 3 where ZB-H1 idles
+    # the paper's 4.5 and 6
+    for (tf, tb, tw), h1_paper in (((1, 1, 0.5), 4.5), ((1, 2, 1), 6.0)):
+        h1 = simulate(schedule("zb-h1", 4, 8), tf, tb, tw)
+        h2 = simulate(schedule("zb-h2", 4, 8), tf, tb, tw)
+        assert h2.makespan - h2.work(0) == pytest.approx(3 * (tf + tb - 2 * tw)) == 3.0
+        assert h1.makespan - h1.work(0) == pytest.approx(h1_paper)
+
+
+@pytest.mark.parametrize("p", [4, 6])
+def test_zb_h2_overlapping_steps_reach_qi_et_al_where_backwards_are_not_longer(p):
+    # steps back to back: (p-1) max(t_F+t_B-2t_W, t_B-t_F, 0); Qi et al.'s value wherever
+    # t_B <= t_F or t_W <= t_F
+    for tf, tb, tw in itertools.product((0.5, 1.0, 2.0), repeat=3):
+        ss = steady_state(schedule("zb-h2", p, 3 * p), tf, tb, tw)
+        idle = ss.period - ss.work / p
+        assert idle == pytest.approx((p - 1) * max(tf + tb - 2 * tw, tb - tf, 0.0), abs=1e-9)
+        if tb <= tf or tw <= tf:
+            assert idle == pytest.approx((p - 1) * max(0.0, tf + tb - 2 * tw), abs=1e-9)
+
+
+def test_chimera_concatenated_units_pay_intermediate_bubbles_when_tb_exceeds_tf():
+    # Li & Hoefler's (p-2)/(2m+p-2): p - 2 idle slots per step for any number of units at
+    # t_F = t_B; at t_B = 2 t_F a backward fills two forward slots, and each concatenated
+    # unit leaves gaps: the idle time grows with m, past 1F1B's (p-1)(t_F+t_B)
+    p = 8
+    idle = {}
+    for m in (8, 16, 24, 32):
+        assert simulate(schedule("chimera", p, m), 1.0, 1.0).makespan == pytest.approx(
+            2 * m + p - 2)
+        t = simulate(schedule("chimera", p, m), 1.0, 2.0)
+        idle[m] = t.makespan - t.work(0)
+    assert idle[8] < (p - 1) * 3 < idle[32]
+    assert idle[8] < idle[16] < idle[24] < idle[32]
+
+
+def test_stage_costs_scale_each_devices_ops():
+    # uniform costs c: every time c times as long
+    base = simulate(schedule("1f1b", 4, 8), 1.0, 2.0)
+    twice = simulate(schedule("1f1b", 4, 8), 1.0, 2.0, stage_costs=[2, 2, 2, 2])
+    assert twice.makespan == pytest.approx(2 * base.makespan)
+    assert twice.bubble_fraction == pytest.approx(base.bubble_fraction)
+    assert twice.work(1) == pytest.approx(2 * base.work(1))
+    # the naive schedule runs one op at a time: m (t_F + t_B) sum_s c_s
+    naive = simulate(schedule("naive", 4, 3), 1.0, 2.0, stage_costs=[6, 3, 3, 4])
+    assert naive.makespan == pytest.approx(3 * 3 * 16)
+    # 1F1B against a reference event simulation written here (stage s: F c_s, B 2 c_s)
+    for m in (4, 8, 16):
+        s = schedule("1f1b", 4, m)
+        for costs in ([6, 3, 3, 4], [5, 4, 3, 4]):
+            t = simulate(s, 1.0, 2.0, stage_costs=costs)
+            assert t.makespan == pytest.approx(_reference_makespan(s, costs))
+    with pytest.raises(ScheduleError, match="one cost per device"):
+        simulate(schedule("1f1b", 4, 8), stage_costs=[1, 2])
+    with pytest.raises(ValueError, match="stage_costs"):
+        simulate(schedule("1f1b", 4, 8), stage_costs=[1, 2, 0, 1])
+
+
+def _reference_makespan(sched, costs, t_b=2.0):
+    """Each device runs its ops in order, each as soon as its input is there."""
+    p, end, free, nxt = sched.stages, {}, [0.0] * sched.stages, [0] * sched.stages
+    while any(nxt[d] < len(sched.ops[d]) for d in range(p)):
+        for d in range(p):
+            while nxt[d] < len(sched.ops[d]):
+                kind, i, c = sched.ops[d][nxt[d]]
+                dep = (("F", i, c - 1) if c else None) if kind == "F" else (
+                    ("B", i, c + 1) if c < p - 1 else ("F", i, c))
+                if dep is not None and dep not in end:
+                    break
+                start = max(free[d], end.get(dep, 0.0))
+                free[d] = end[kind, i, c] = start + costs[d] * (1.0 if kind == "F" else t_b)
+                nxt[d] += 1
+    return max(free)
+
+
+def test_chimera_rebuilt_for_longer_backwards_trades_activations_for_idle_time():
+    from tpviz.pipeline.plan import chimera
+
+    assert chimera(8, 16).ops == schedule("chimera", 8, 16).ops  # 1 tick: the paper's order
+    for m in (24, 32):
+        paper = simulate(schedule("chimera", 8, m), 1.0, 2.0)
+        rebuilt = simulate(chimera(8, m, backward_ticks=2), 1.0, 2.0)
+        assert sorted(map(sorted, rebuilt.schedule.ops)) == sorted(map(sorted, paper.schedule.ops))
+        assert rebuilt.makespan - rebuilt.work(0) < paper.makespan - paper.work(0)
+        assert max(rebuilt.peak_activations) > max(paper.peak_activations) == 8
+    with pytest.raises(ScheduleError, match="backward_ticks"):
+        chimera(8, 16, backward_ticks=5)

@@ -28,6 +28,7 @@ TOPICS = (
     "moe",
     "together",
     "autoshard",
+    "inference",
 )
 _MODULES = (*TOPICS, "core", "errors", "exercises")
 # each live explorer, by the topic that defines it
@@ -46,6 +47,7 @@ _EXPLORERS = {
     "explore_moe": "moe",
     "explore_together": "together",
     "explore_autoshard": "autoshard",
+    "explore_decode": "inference",
 }
 
 

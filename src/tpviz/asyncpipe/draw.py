@@ -52,15 +52,18 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
         for kind, table in shades.items():
             colour[kinds == kind] = table[v[kinds == kind]]
         rows.append((a, b, colour))
-    if count > 1500:
-        width = 1600
+    if count > 1500:  # one column per pixel of the axes (no resampling), at least 400
+        box = ax.get_position()
+        width = max(400, min(1600, int(ax.figure.get_figwidth() * ax.figure.dpi * box.width)))
         image = np.empty((5 * s.stages, width, 3))
         image[:] = to_rgb(IDLE)
-        scale = width / t.makespan
-        for d, (a, b, colour) in enumerate(rows):
-            for x0, x1, c in zip((a * scale + 0.5).astype(int), (b * scale + 0.5).astype(int),
-                                 colour, strict=True):
-                image[5 * d: 5 * d + 4, x0:max(x0 + 1, x1)] = c
+        scale, columns = width / t.makespan, np.arange(width)
+        for d, (a, b, colour) in enumerate(rows):  # each column: the op that covers it
+            x0 = (a * scale + 0.5).astype(int)
+            x1 = np.maximum(x0 + 1, (b * scale + 0.5).astype(int))
+            op = np.searchsorted(x0, columns, side="right") - 1
+            covered = (op >= 0) & (columns < x1[np.maximum(op, 0)])
+            image[5 * d: 5 * d + 4, covered] = colour[op[covered]]
         ax.imshow(image, extent=(0, t.makespan, s.stages - 0.5, -0.5), aspect="auto",
                   interpolation="nearest")
     else:

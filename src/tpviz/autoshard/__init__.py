@@ -3,7 +3,8 @@
 Rooms: ``graph`` (a tiny op graph; :func:`mlp`, :func:`transformer`, :class:`Builder`),
 ``strategies`` (each op's strategies and costs, resharding an edge), ``solve`` (the ILP with
 ``scipy.optimize.milp``, :func:`brute_force`), ``compare`` (data parallelism, Megatron and
-greedy choice beside it, the switch point), ``stages`` (the inter-op DP), ``run`` (the choice
+greedy choice beside it, the switch point), ``stages`` (the inter-op DP), ``join`` (each
+layer's time per submesh from the ILP, for the DP), ``run`` (the choice
 under ``jax.jit`` with sharding constraints, and GSPMD's own propagation), ``draw``, ``explore``
 and ``exercises``.
 """
@@ -20,6 +21,7 @@ from tpviz.autoshard.compare import (
 )
 from tpviz.autoshard.explore import explore_autoshard, render_autoshard
 from tpviz.autoshard.graph import Builder, Graph, Op, mlp, transformer
+from tpviz.autoshard.join import submesh_costs
 from tpviz.autoshard.run import Run, execute, gspmd_collectives, program
 from tpviz.autoshard.solve import (
     Problem,
@@ -31,7 +33,7 @@ from tpviz.autoshard.solve import (
     solve,
     solve_problem,
 )
-from tpviz.autoshard.stages import Stages, brute_stages, stages, submesh_costs
+from tpviz.autoshard.stages import Stages, brute_stages, stages
 from tpviz.autoshard.strategies import Strategy, layouts, reshard, strategies
 from tpviz.core.public import publish
 

@@ -20,6 +20,7 @@ from tpviz.core.exercises import (
     as_number,
     call,
     checker,
+    expect_bytes,
     expect_number,
     is_stub,
 )
@@ -45,7 +46,7 @@ def check_edge_bytes(sent: float) -> str:
                     "Ring all-gather: each device sends (n-1)/n · V.")
     if isinstance(sent, int | float) and math.isclose(sent, 2 * c.sent_bytes()):
         raise Wrong("that is an all-reduce's traffic; here nothing is summed, only gathered.")
-    expect_number(sent, c.sent_bytes(), what="bytes sent per device",
+    expect_bytes(sent, c.sent_bytes(), what="bytes sent per device",
                   hint="Which collective turns rows split over X into whole rows?")
     return f"An all-gather: {c.sent_bytes():,.0f} bytes per device."
 
@@ -105,7 +106,7 @@ def _random_graphs():
 def check_edge_constraints(edge_constraints) -> str:
     """``edge_constraints(n_u, n_v) -> (A, lower, upper)`` over ``[s_u, s_v, e]`` (``e``
     row-major ``n_u × n_v``): for one-hot ``s_u, s_v`` exactly one binary ``e`` may satisfy
-    ``lower ≤ A @ [s_u, s_v, e] ≤ upper``: the one with ``e[i, j] = s_u[i] · s_v[j]``. First
+    ``lower ≤ A @ [s_u, s_v, e] ≤ upper``: the one with ``e[a, a'] = s_u[a] · s_v[a']``. First
     the constraints go into the whole ILP of three random graphs, solved against brute
     force; then every one-hot pair is enumerated."""
     from tpviz.autoshard.solve import brute_force, problem
@@ -127,7 +128,7 @@ def check_edge_constraints(edge_constraints) -> str:
             raise Wrong(f"in the ILP of random graph {k}, the solver reports a step of "
                         f"{got:.4g} s, below the best possible {best:.4g} s (brute force): your "
                         "constraints let e avoid paying the resharding of the pair chosen.",
-                        "e[i, j] must be 1 where both s_u[i] and s_v[j] are 1.")
+                        "e[a, a'] must be 1 where both s_u[a] and s_v[a'] are 1.")
         if got > best * (1 + 1e-6):
             raise Wrong(f"in the ILP of random graph {k} the solver finds {got:.4g} s, above "
                         f"the optimum {best:.4g} s: your constraints forbid some pairs.")
@@ -149,7 +150,7 @@ def check_edge_constraints(edge_constraints) -> str:
             if not ok:
                 raise Wrong(f"with s_u = strategy {i} and s_v = strategy {j}, no e satisfies "
                             "your constraints, not even the right one.",
-                            "e[i, j] = 1 must be allowed when both strategies are chosen.")
+                            "e[a, a'] = 1 must be allowed when both strategies are chosen.")
             if any(not np.array_equal(e, want) for e in ok):
                 wrong = next(e for e in ok if not np.array_equal(e, want))
                 raise Wrong(f"with s_u = strategy {i} and s_v = strategy {j}, your constraints "
@@ -178,7 +179,7 @@ def check_column_parallel_bytes(sent: float) -> str:
         raise Wrong("that all-reduces something of shape [B, F]; which result is a partial sum?")
     if isinstance(sent, int | float) and math.isclose(sent, v):
         raise Wrong("that is V, the array; a ring all-reduce sends 2 (n-1)/n · V per device.")
-    expect_number(sent, want, what="bytes per device", hint="One all-reduce of dIn [B, H].")
+    expect_bytes(sent, want, what="bytes per device", hint="One all-reduce of dIn [B, H].")
     return "One all-reduce of dIn: Megatron's f in the backward pass."
 
 

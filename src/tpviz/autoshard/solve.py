@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from tpviz.autoshard.graph import Graph, Op
-from tpviz.autoshard.strategies import Strategy, reshard, strategies
+from tpviz.autoshard.strategies import GRADIENT_SYNC, Strategy, reshard, strategies
 from tpviz.core import cost
 from tpviz.core import validate as check
 from tpviz.core.collectives import Collectives
@@ -33,8 +33,8 @@ from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError, Solver
 
 def system_of(system) -> cost.System:
     """A :class:`tpviz.core.cost.System`, or the name of one in ``cost.SYSTEMS``. The solver's
-    cost model, like Alpa's, prices bytes: a named preset comes with α = 0 (pass a ``System``
-    with a latency to include it).
+    cost model, like Alpa's, prices bytes: a named preset comes with every latency 0 (α, the
+    network's α and NCCL's base latency; pass a ``System`` with a latency to include it).
 
     Raises:
         ArgumentTypeError: neither a name nor a System.
@@ -42,7 +42,7 @@ def system_of(system) -> cost.System:
     """
     if isinstance(system, cost.System):
         return system
-    return replace(cost.system(system), latency=0.0)
+    return replace(cost.system(system), latency=0.0, base_latency=0.0, network_latency=0.0)
 
 
 def _mesh(mesh_shape) -> dict[str, int]:
@@ -66,8 +66,8 @@ class Problem:
     edge: tuple[np.ndarray, ...]  # per edge: [producer strategy, consumer strategy]
     memory: tuple[np.ndarray, ...]  # per op: bytes per device of each strategy
 
-    def time(self, collectives) -> float:
-        return sum(c.time(self.system.bandwidth, self.system.latency) for c in collectives)
+    def time(self, collectives) -> float:  # each priced by the system: its torus or its nodes
+        return sum(self.system.price(c).seconds for c in collectives)
 
     def cost(self, choice) -> float:
         """Seconds per step of one strategy index per op."""
@@ -78,8 +78,9 @@ class Problem:
         return int(sum(self.memory[v][i] for v, i in enumerate(choice)))
 
 
-def problem(graph: Graph, mesh_shape, system) -> Problem:
-    """Enumerate strategies and tabulate node and edge costs (no solving)."""
+def problem(graph: Graph, mesh_shape, system, microbatches: int = 1) -> Problem:
+    """Enumerate strategies and tabulate node and edge costs (no solving); with
+    ``microbatches`` = m, a weight gradient's all-reduce costs 1/m (reduced once per m)."""
     if not isinstance(graph, Graph):
         raise ArgumentTypeError(f"graph must be a tpviz.autoshard Graph (from mlp(), "
                                 f"transformer() or Builder), got {type(graph).__name__}.")
@@ -87,8 +88,9 @@ def problem(graph: Graph, mesh_shape, system) -> Problem:
     ops = graph.nodes
     options = tuple(tuple(strategies(op, mesh_shape, graph.dtype)) for op in ops)
     p = Problem(graph, mesh_shape, system, ops, options, (), tuple(graph.node_edges), (), ())
-    node = tuple(np.array([s.flops / system.flops + p.time(s.forward + s.backward) for s in o])
-                 for o in options)
+    m = check.integer("microbatches", microbatches)  # a dW all-reduce costs 1/m of its time
+    node = tuple(np.array([s.flops / system.flops + p.time(s.forward) + sum(p.time([c]) / (
+        m if c.what == GRADIENT_SYNC else 1) for c in s.backward) for s in o]) for o in options)
     memory = tuple(np.array([s.memory for s in o], dtype=float) for o in options)
     cache: dict = {}
     edge = []
@@ -164,7 +166,7 @@ def _infeasible(p: Problem, limit: float) -> ShardingError:
                          "use a larger mesh.")
 
 
-def solve(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution:
+def solve(graph: Graph, mesh_shape, system, memory_limit=None, microbatches=1) -> Solution:
     """The cheapest strategy per op, by Alpa's ILP (``scipy.optimize.milp``, HiGHS).
 
     Args:
@@ -173,11 +175,12 @@ def solve(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution:
         mesh_shape: axis name → size, e.g. ``{"X": 2, "Y": 4}``.
         system: a name in ``tpviz.core.cost.SYSTEMS`` or a ``System``.
         memory_limit: bytes per device the chosen strategies may keep (None: no limit).
+        microbatches: m; the weight gradients' all-reduces cost 1/m each (one per m).
 
     Raises:
         ShardingError: an op with no strategy that divides, or no choice within the memory limit.
     """
-    return solve_problem(problem(graph, mesh_shape, system), memory_limit)
+    return solve_problem(problem(graph, mesh_shape, system, microbatches), memory_limit)
 
 
 def solve_problem(p: Problem, memory_limit=None) -> Solution:

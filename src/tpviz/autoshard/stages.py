@@ -17,8 +17,9 @@ counts the stages left, as Alpa's (its Eq. 3-5): under 1F1B the stage with ``c``
 to the end holds ``min(c, m)`` microbatches' activations, so whether a stage fits depends on
 its position. With one submesh shape and layers that scale perfectly, ``Σ t_i`` is fixed and
 the best split is the most balanced one: :func:`tpviz.pipeline.plan.balance`.
-:func:`submesh_costs` gives each layer's time on each submesh by the intra-op ILP
-(:func:`tpviz.autoshard.solve`), joining the two levels.
+:func:`tpviz.autoshard.join.submesh_costs` gives each layer's time on each submesh by the
+intra-op ILP (:func:`tpviz.autoshard.solve`), joining the two levels, with the weight-gradient
+all-reduce paid once per step, not once per microbatch.
 """
 
 from __future__ import annotations
@@ -261,36 +262,3 @@ def brute_stages(layer_costs, devices: int, microbatches: int, submeshes, memory
     if best is None:
         raise _none(devices, [math.prod(s) for s in shapes])
     return best
-
-
-
-def submesh_costs(layers, submeshes, system) -> dict[tuple[int, ...], list[float]]:
-    """Each layer's seconds per microbatch on each submesh, from the intra-op ILP: the cost of
-    :func:`tpviz.autoshard.solve` on a mesh of the submesh's shape (``(1, n)``: one axis "X"
-    of n; ``(a, b)``: "X" of a × "Y" of b). Alpa profiles each candidate stage's whole subgraph;
-    here a stage's time is the sum of its layers' (no resharding between them is charged).
-
-    Args:
-        layers: one graph per layer (e.g. ``auto.mlp(..., layers=1)``).
-        submeshes: shapes such as ``[(1, 1), (1, 2), (2, 4)]``.
-        system: a :class:`tpviz.core.cost.System` or its name.
-    """
-    from tpviz.autoshard.solve import solve
-
-    shapes = _check(1, 1, submeshes)[2]
-    graphs = list(layers)
-    if not graphs:
-        raise ArgumentError("layers is empty; give one graph per layer.")
-
-    def mesh(s):
-        sizes = [n for n in s if n > 1] or [1]
-        return dict(zip(("X", "Y", "Z"), sizes, strict=False))
-
-    seen: dict[tuple[int, tuple[int, ...]], float] = {}  # a graph repeated is solved once
-
-    def cost(g, s):
-        if (id(g), s) not in seen:
-            seen[(id(g), s)] = solve(g, mesh(s), system).cost
-        return seen[(id(g), s)]
-
-    return {s: [cost(g, s) for g in graphs] for s in shapes}

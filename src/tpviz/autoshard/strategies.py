@@ -115,6 +115,9 @@ def _matmul(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
     return found
 
 
+GRADIENT_SYNC = "partial sums of dW"  # what a weight gradient's all-reduce is called
+
+
 def _named(p, what: str) -> tuple[Collective, ...]:
     return tuple(Collective(c.kind, c.bytes, c.group_size, p.dtype, p.y_block, c.axes,
                             what=f"partial sums of {what}") for c in p.collectives

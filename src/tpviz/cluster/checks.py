@@ -27,7 +27,7 @@ from tpviz.cluster import compare
 from tpviz.cluster.launch import Launch, environment, free_port, noise
 
 TOPICS = ("layouts", "collectives", "matmul", "megatron", "zero", "mesh2d", "pipeline",
-          "asyncpipe", "context", "moe", "together", "autoshard")
+          "asyncpipe", "context", "moe", "together", "autoshard", "inference")
 
 
 @dataclass(frozen=True)

@@ -201,11 +201,26 @@ def autoshard() -> dict:
                                   make_mesh((4, 2), ("data", "model")))}
 
 
+def inference() -> dict:
+    """Chapter 14: a decode step of the small transformer on 8 devices, its KV cache split by
+    key/value heads (GQA: 2 of them, kept 4 times over), by batch and along the sequence; 4
+    greedy tokens each against decoding on one device, and the compiled step's collectives and
+    bytes per device against the plan: the chapter's three checks."""
+    from tpviz import inference as topic
+
+    out = {}
+    for scheme in topic.SCHEMES:
+        found = topic.check(scheme, devices=8, steps=4)
+        out[scheme] = {"collectives": list(found), "tokens": found.tokens,
+                       "cache bytes": found.cache_bytes}
+    return out
+
+
 # topic -> its chapter's check; meshes of 4 devices take them from every process in turn
 CHECKS = {"layouts": layouts, "collectives": collectives, "matmul": matmul,
           "megatron": megatron, "zero": zero, "mesh2d": mesh2d, "pipeline": pipeline,
           "asyncpipe": asyncpipe, "context": context, "moe": moe, "together": together,
-          "autoshard": autoshard}
+          "autoshard": autoshard, "inference": inference}
 SPREAD = {"megatron", "pipeline", "asyncpipe"}  # 4-device meshes: devices of every process
 
 

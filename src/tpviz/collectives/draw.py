@@ -85,7 +85,7 @@ def primitives_figure() -> Figure:
 
 
 def _contributions(p: CollectivePlan, upto: int) -> np.ndarray:
-    """[K, K]: how many devices' data each (device, chunk) holds after ``upto`` steps (0 where
+    """[N, N]: how many devices' data each (device, chunk) holds after ``upto`` steps (0 where
     it holds nothing), found by replaying the plan on one-hot bit patterns."""
     k = p.devices
     bits = np.repeat((2.0 ** np.arange(k))[:, None], k, axis=1)  # device d's data: 2^d
@@ -96,7 +96,7 @@ def _contributions(p: CollectivePlan, upto: int) -> np.ndarray:
 
 def steps_figure(p: CollectivePlan, per_row: int = 8, ax=None, labels: bool = True) -> Figure:
     """One panel per step (and the start): rows are devices, columns chunks; the shade is how
-    many devices' data the chunk holds (dark: none, yellow: all K), and a dot marks the chunks
+    many devices' data the chunk holds (dark: none, yellow: all N), and a dot marks the chunks
     that arrived in that step. ``labels=False`` leaves out the step numbers (faster)."""
     k, n = p.devices, len(p.moves) + 1
     per_row = min(per_row, n)
@@ -126,7 +126,7 @@ def steps_figure(p: CollectivePlan, per_row: int = 8, ax=None, labels: bool = Tr
     ax.set_ylim(grid.shape[0], 0)
     ax.set_aspect("equal")
     ax.set_axis_off()
-    ax.set_title(f"{p.algorithm} {p.op}, K = {k}: rows devices, columns chunks"
+    ax.set_title(f"{p.algorithm} {p.op}, N = {k}: rows devices, columns chunks"
                  + ("" if labels else f"; {n - 1} steps, left to right"), fontsize=SMALL_PT, pad=4)
     return ax.figure
 

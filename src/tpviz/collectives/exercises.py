@@ -19,17 +19,18 @@ from tpviz.core.exercises import (
     call,
     checker,
     expect_array,
+    expect_bytes,
     expect_number,
     mesh_1d,
 )
 
-# Exercise 1: a ring all-reduce of V = 400 MB (100 M float32 gradients) over K = 8 devices
+# Exercise 1: a ring all-reduce of V = 400 MB (100 M float32 gradients) over N = 8 devices
 RING_V, RING_K = 400e6, 8
-# Exercise 2: a parameter server with K = 64 workers, V = 0.2 GB, a 25 GB/s server link
+# Exercise 2: a parameter server with N = 64 workers, V = 0.2 GB, a 25 GB/s server link
 PS_K, PS_V, PS_BETA = 64, 0.2e9, 25e9
-# Exercise 3: tree against ring, K = 16, α = 10 µs, β = 10 GB/s
+# Exercise 3: tree against ring, N = 16, α = 10 µs, β = 10 GB/s
 CROSS_K, CROSS_ALPHA, CROSS_BETA = 16, 10e-6, 10e9
-# Exercise 6: 8 layers, 1 ms of backward and 4 MB of gradient each; ring over K = 8,
+# Exercise 6: 8 layers, 1 ms of backward and 4 MB of gradient each; ring over N = 8,
 # α = 100 µs, β = 10 GB/s
 BUCKET_TIMES, BUCKET_BYTES = [1e-3] * 8, [4e6] * 8
 BUCKET_K, BUCKET_ALPHA, BUCKET_BETA = 8, 100e-6, 10e9
@@ -62,15 +63,15 @@ def check_ring_bytes(answer) -> str:
     p = plan("ring", "all-reduce", RING_K, RING_V)
     if answer == 2 * RING_V:
         raise Wrong("that is 2V, the limit for very many devices.",
-                    "Each device sends K−1 chunks in each of the two phases; a chunk is V/K.")
+                    "Each device sends N−1 chunks in each of the two phases; a chunk is V/N.")
     if answer == (RING_K - 1) / RING_K * RING_V:
         raise Wrong("that is one phase only (the reduce-scatter).",
                     "After the reduce-scatter comes an all-gather of the same size.")
     if answer == 2 * (RING_K - 1) * RING_V:
-        raise Wrong("that sends the whole array at every step.", "Each step moves one chunk, V/K.")
-    expect_number(answer, p.bytes_per_device, rel=1e-9,
-                  hint="Count the steps, and the bytes of one chunk.")
-    return f"2(K−1)/K · V = {p.bytes_per_device / 1e6:,.0f} MB, the lower bound."
+        raise Wrong("that sends the whole array at every step.", "Each step moves one chunk, V/N.")
+    expect_bytes(answer, p.bytes_per_device,
+                 hint="Count the steps, and the bytes of one chunk.")
+    return f"2(N−1)/N · V = {p.bytes_per_device / 1e6:,.0f} MB, the lower bound."
 
 
 @checker("The parameter server's bottleneck")
@@ -86,7 +87,7 @@ def check_server_seconds(answer) -> str:
         raise Wrong("that is one direction only.", "First all gradients arrive, then the sums "
                     "leave, one after the other.")
     expect_number(answer, want, rel=1e-6, hint="Bytes through the server's link, over β.")
-    return f"2·K·V/β = {want:.3g} s, growing with K: the reason for all-reduce."
+    return f"2·N·V/β = {want:.3g} s, growing with N: the reason for all-reduce."
 
 
 @checker("Where the ring overtakes the tree")
@@ -99,11 +100,11 @@ def check_crossover(answer) -> str:
     only_reduce = (ring_steps - n) * CROSS_ALPHA * CROSS_BETA / (n - 2 * (CROSS_K - 1) / CROSS_K)
     if math.isclose(answer, only_reduce, rel_tol=1e-3):
         raise Wrong("your tree only reduces: it also has to broadcast the sum back down.",
-                    "The tree takes 2·log₂K steps, each moving the whole V.")
+                    "The tree takes 2·log₂N steps, each moving the whole V.")
     if math.isclose(answer, (ring_steps - tree_steps) * CROSS_ALPHA * CROSS_BETA / (
             2 * n - 2), rel_tol=1e-3):
-        raise Wrong("the ring sends 2(K−1)/K · V per device, not 2V.",
-                    "Use the exact bytes, not the large-K limit.")
+        raise Wrong("the ring sends 2(N−1)/N · V per device, not 2V.",
+                    "Use the exact bytes, not the large-N limit.")
     expect_number(answer, want, rel=1e-3, hint="Write both times as steps·α + bytes/β, set "
                   "them equal and solve for V.")
     return (f"V ≈ {want / 1e3:,.0f} KB: smaller messages are latency-bound (the tree wins), "

@@ -1,4 +1,4 @@
-"""``explore_collectives``: algorithm × K × message size × α, β → steps, bytes, time, crossover."""
+"""``explore_collectives``: algorithm × N × message size × α, β → steps, bytes, time, crossover."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ SIZES = {"1 KB": 1e3, "64 KB": 6.4e4, "1 MB": 1e6, "16 MB": 1.6e7, "100 MB": 1e8
 def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1 MB",
                        alpha_us: float = 5.0, beta_gbs: float = 50.0) -> tuple[str, Figure]:
     """A table of every algorithm's steps, bytes per device and time at this size (with the
-    crossover against the chosen one), the chosen plan's steps drawn (K <= 16), and the times
+    crossover against the chosen one), the chosen plan's steps drawn (N <= 16), and the times
     against message size."""
     devices = validate.integer("devices", devices, maximum=max(DEVICES),
-                               fix=f"The explorer draws K up to {max(DEVICES)}.")
+                               fix=f"The explorer draws N up to {max(DEVICES)}.")
     size = validate.choice("size", size, SIZES)
     nbytes, alpha, beta = SIZES[size], alpha_us * 1e-6, beta_gbs * 1e9
     p = plan(algorithm, "all-reduce", devices, nbytes)  # raises for a bad combination
@@ -39,7 +39,7 @@ def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1
                      "—" if v is None else f"{v / 1e6:,.3g} MB"))
     html = html_table(("algorithm", "steps", "bytes sent (most, one device)", "time",
                        f"equal to {algorithm} at"), rows)
-    html += (f"<p>Lower bound for any all-reduce: 2(K−1)/K·V = "
+    html += (f"<p>Lower bound for any all-reduce: 2(N−1)/N·V = "
              f"{lower_bound(devices, nbytes) / 1e6:,.3g} MB per device.</p>")
     if devices <= 16:
         fig = Figure(figsize=(10, 3.2))
@@ -56,12 +56,12 @@ BETAS_GBS = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 450.0, 900.0)
 
 def explore_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1 MB",
                         alpha_us: float = 5.0, beta_gbs: float = 50.0) -> Live:
-    """Pick an all-reduce algorithm, K, the message size, α (µs) and β (GB/s): see its steps,
+    """Pick an all-reduce algorithm, N, the message size, α (µs) and β (GB/s): see its steps,
     bytes per device and time next to the other algorithms', and where they cross."""
     c = Controls("explore_collectives")
     controls = {
         "algorithm": c.dropdown("algorithm", algorithm, ALGORITHMS, "algorithm"),
-        "devices": c.select_slider("devices", devices, DEVICES, "K"),
+        "devices": c.select_slider("devices", devices, DEVICES, "N"),
         "size": c.select_slider("size", size, SIZES, "V"),
         "alpha_us": c.select_slider("alpha_us", alpha_us, ALPHAS_US, "α (µs)"),
         "beta_gbs": c.select_slider("beta_gbs", beta_gbs, BETAS_GBS, "β (GB/s)"),
@@ -72,7 +72,7 @@ def explore_collectives(algorithm: str = "ring", devices: int = 8, size: str = "
 def collectives_rows(algorithm: str, devices: int, size: str, alpha_us: float,
                      beta_gbs: float) -> list[dict]:
     """The live figure's rows (from :func:`tpviz.collectives.plan.line`): the time of an
-    all-reduce by every algorithm that runs on K devices, the chosen one in bold."""
+    all-reduce by every algorithm that runs on N devices, the chosen one in bold."""
     nbytes, alpha, beta = SIZES[size], alpha_us * 1e-6, beta_gbs * 1e9
     plan(algorithm, "all-reduce", devices, nbytes)  # the plan's own error for a bad choice
     items = []
@@ -83,14 +83,14 @@ def collectives_rows(algorithm: str, devices: int, size: str, alpha_us: float,
         ms = (steps * alpha + slope * nbytes / beta) * 1e3
         items.append((other, ms, f"{ms:,.3g} ms ({steps} steps)", other == algorithm))
     bound = lower_bound(devices, nbytes) / beta * 1e3
-    return bar_rows(items, [f"K = {devices}, V = {size}, α = {alpha_us:g} µs, "
+    return bar_rows(items, [f"N = {devices}, V = {size}, α = {alpha_us:g} µs, "
                             f"W = {beta_gbs:g} GB/s",
-                            f"bandwidth lower bound 2(K−1)/K·V/W = {bound:,.3g} ms"])
+                            f"bandwidth lower bound 2(N−1)/N·V/W = {bound:,.3g} ms"])
 
 
 LIVE = LiveFigure(
     controls={"algorithm": Grid(list(ALGORITHMS), "algorithm", start="ring"),
-              "devices": Grid([2, 4, 8, 16, 64], "K", start=8),
+              "devices": Grid([2, 4, 8, 16, 64], "N", start=8),
               "size": Grid(["1 KB", "64 KB", "1 MB", "100 MB"], "V", start="1 MB"),
               "alpha_us": Grid([1.0, 5.0, 20.0], "α (µs)", start=5.0),
               "beta_gbs": Grid([10.0, 50.0, 450.0], "W (GB/s)", start=50.0)},

@@ -1,24 +1,24 @@
 """Collective algorithms as lists of sends, and their α–β cost (no devices).
 
-A plan splits the V-byte array of each device into ``K`` equal chunks and says, step by step,
+A plan splits the V-byte array of each device into ``N`` equal chunks and says, step by step,
 which device sends which chunks to which, and whether the receiver adds them to its own
 (a reduction) or keeps them (a copy). Replaying the steps on arrays
 (:func:`tpviz.collectives.replay.replay`) gives each device's final state, so a plan proves
-itself. The algorithms (K devices, V bytes):
+itself. The algorithms (N devices, V bytes):
 
 ================= ============== ============= =============================================
 algorithm         steps          bytes sent    how
 ================= ============== ============= =============================================
-parameter-server  2              K·V (server)  workers push V to a server, which sends the sum
-naive             2(K-1)         (K-1)·V       device 0 receives from each in turn, then sends
-tree              2⌈log₂K⌉       ⌈log₂K⌉·V     reduce up a binomial tree to device 0, broadcast
-ring              2(K-1)         2(K-1)/K·V    reduce-scatter then all-gather round a ring
-halving-doubling  2 log₂K        2(K-1)/K·V    recursive halving, then recursive doubling
+parameter-server  2              N·V (server)  workers push V to a server, which sends the sum
+naive             2(N-1)         (N-1)·V       device 0 receives from each in turn, then sends
+tree              2⌈log₂N⌉       ⌈log₂N⌉·V     reduce up a binomial tree to device 0, broadcast
+ring              2(N-1)         2(N-1)/N·V    reduce-scatter then all-gather round a ring
+halving-doubling  2 log₂N        2(N-1)/N·V    recursive halving, then recursive doubling
 ================= ============== ============= =============================================
 
 Each step costs α plus the most bytes any device sends or receives in it over β (bytes/s):
 ``time = Σ_steps (α + max bytes / β)``. A device sends and receives at once (full duplex) but
-has one link each way. Every all-reduce must send at least 2(K-1)/K·V bytes per device
+has one link each way. Every all-reduce must send at least 2(N-1)/N·V bytes per device
 (:func:`lower_bound`); ring and halving-doubling meet the bound.
 """
 
@@ -61,8 +61,8 @@ class CollectivePlan:
 
     Attributes:
         algorithm, op: as given to :func:`plan`.
-        devices: K, the devices that hold data (a parameter server is device K, one more).
-        nbytes: V, the bytes of the array each device holds (its chunk, for an all-gather: V/K).
+        devices: N, the devices that hold data (a parameter server is device N, one more).
+        nbytes: V, the bytes of the array each device holds (its chunk, for an all-gather: V/N).
         moves: per step, the sends with their chunks (see :class:`Move`).
     """
 
@@ -74,7 +74,7 @@ class CollectivePlan:
 
     @property
     def chunk_bytes(self) -> float:
-        """V / K: the bytes of one chunk."""
+        """V / N: the bytes of one chunk."""
         b = self.nbytes / self.devices
         return int(b) if float(b).is_integer() else b
 
@@ -133,7 +133,7 @@ class CollectivePlan:
 
 
 _NUMBER = int | float | np.integer | np.floating
-MAX_DEVICES = 256  # the ring's 2K(K-1) moves: 130 000 at K = 256, planned in about a second
+MAX_DEVICES = 256  # the ring's 2N(N-1) moves: 130 000 at N = 256, planned in about a second
 
 
 def _positive(value, name: str) -> None:  # infinity allowed: an infinitely fast link
@@ -148,8 +148,8 @@ def _nonnegative(value, name: str) -> None:
 
 
 def _ring(k: int, op: str) -> list[list[Move]]:
-    """Reduce-scatter: at step s device i adds chunk (i-s-1) mod K into device i+1, so device
-    c ends with the sum of chunk c. All-gather: device i passes on chunk (i-s) mod K."""
+    """Reduce-scatter: at step s device i adds chunk (i-s-1) mod N into device i+1, so device
+    c ends with the sum of chunk c. All-gather: device i passes on chunk (i-s) mod N."""
     rs = [[Move(i, (i + 1) % k, ((i - s - 1) % k,), True) for i in range(k)]
           for s in range(k - 1)]
     ag = [[Move(i, (i + 1) % k, ((i - s) % k,), False) for i in range(k)] for s in range(k - 1)]
@@ -157,7 +157,7 @@ def _ring(k: int, op: str) -> list[list[Move]]:
 
 
 def _halving_doubling(k: int, op: str) -> list[list[Move]]:
-    """Recursive halving: at distance K/2, K/4, ..., 1 partners i and i XOR d swap halves of the
+    """Recursive halving: at distance N/2, N/4, ..., 1 partners i and i XOR d swap halves of the
     range they share and add; device i keeps the half holding chunk i. Doubling undoes it."""
     rs, ag = [], []
     lo = [0] * k  # per device: start of the chunk range it is responsible for
@@ -215,12 +215,12 @@ def plan(algorithm: str, op: str, devices: int, nbytes: float) -> CollectivePlan
         algorithm: one of :data:`ALGORITHMS`.
         op: ``"all-reduce"``; ring and halving-doubling also ``"all-gather"`` and
             ``"reduce-scatter"``.
-        devices: K >= 1 (halving-doubling: a power of two).
+        devices: N >= 1 (halving-doubling: a power of two).
         nbytes: V >= 0, bytes of the array each device reduces (for an all-gather: the gathered
-            array, of which each device starts with V/K).
+            array, of which each device starts with V/N).
 
     Raises:
-        ArgumentError: an unknown algorithm or op, K < 1, halving-doubling on a K that is not a
+        ArgumentError: an unknown algorithm or op, N < 1, halving-doubling on a N that is not a
             power of two, or a negative size.
     """
     if algorithm not in ALGORITHMS:
@@ -231,20 +231,20 @@ def plan(algorithm: str, op: str, devices: int, nbytes: float) -> CollectivePlan
         raise ArgumentError(f"op={op!r} is planned for 'ring' and 'halving-doubling' only; "
                             f"{algorithm!r} does all-reduce.")
     if isinstance(devices, bool) or not isinstance(devices, int | np.integer) or devices < 1:
-        raise ArgumentError(f"devices={devices!r}: give the number of devices K, an integer >= 1.")
+        raise ArgumentError(f"devices={devices!r}: give the number of devices N, an integer >= 1.")
     if devices > MAX_DEVICES:
         raise ArgumentError(
-            f"devices={devices}: a plan lists every send of every step (a ring on K devices "
-            f"has 2K(K-1) of them), so it is limited to K <= {MAX_DEVICES}. For the time on "
+            f"devices={devices}: a plan lists every send of every step (a ring on N devices "
+            f"has 2N(N-1) of them), so it is limited to N <= {MAX_DEVICES}. For the time on "
             "more devices use the formula: steps·α + slope·V/β, with (steps, slope) from a "
-            "small K (the ring's 2(K-1) steps and 2(K-1)/K·V bytes).")
+            "small N (the ring's 2(N-1) steps and 2(N-1)/N·V bytes).")
     _nonnegative(nbytes, "nbytes")
     k = int(devices)
     if algorithm == "halving-doubling" and k & (k - 1):
         low, high = 1 << (k.bit_length() - 1), 1 << k.bit_length()
         raise ArgumentError(
             f"halving-doubling needs a power of two devices, got devices={k}: use the 'ring' "
-            f"(any K), or run it on {low} or {high} devices (MPICH first folds the extra "
+            f"(any N), or run it on {low} or {high} devices (MPICH first folds the extra "
             f"{k - low} devices into partners, then halves and doubles over {low}).")
     return CollectivePlan(algorithm, op, k, nbytes, _moves(algorithm, op, k))
 
@@ -260,15 +260,15 @@ def _moves(algorithm: str, op: str, k: int) -> tuple[tuple[Move, ...], ...]:
 
 
 def lower_bound(devices: int, nbytes: float) -> float:
-    """2(K-1)/K · V: bytes each device must send in any all-reduce (each must send out the
-    (K-1)/K of its data the others reduce, and receive as much of the others' sums)."""
+    """2(N-1)/N · V: bytes each device must send in any all-reduce (each must send out the
+    (N-1)/N of its data the others reduce, and receive as much of the others' sums)."""
     return 2 * (devices - 1) / devices * nbytes
 
 
 @functools.lru_cache(maxsize=512)
 def line(algorithm: str, op: str, devices: int) -> tuple[int, float]:
     """(steps, slope): ``time = steps · α + slope · V / β``, read from the plan's steps."""
-    p = plan(algorithm, op, devices, devices)  # V = K: one byte per chunk
+    p = plan(algorithm, op, devices, devices)  # V = N: one byte per chunk
     return len(p.moves), sum(p.step_bytes()) / devices
 
 

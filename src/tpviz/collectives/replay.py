@@ -17,18 +17,18 @@ def replay(p: CollectivePlan, inputs, upto: int | None = None) -> np.ndarray:
 
     Args:
         p: a plan.
-        inputs: ``[K, n]``: device i's array, n divisible by K (for an all-gather only device
+        inputs: ``[N, n]``: device i's array, n divisible by N (for an all-gather only device
             i's chunk i counts; the rest is ignored).
         upto: stop after this many steps (default: all of them).
 
     Returns:
-        ``[K, n]`` (``[K + 1, n]`` with a parameter server): what each device holds at the
+        ``[N, n]`` (``[N + 1, n]`` with a parameter server): what each device holds at the
         end. Chunks a device never received are NaN, so a wrong plan cannot pass by accident.
     """
     x = np.asarray(inputs, dtype=np.float64)
     k = p.devices
     if x.ndim != 2 or x.shape[0] != k or x.shape[1] % k:
-        raise ArgumentError(f"inputs of shape {x.shape}: give [K, n] = [{k}, n], n divisible "
+        raise ArgumentError(f"inputs of shape {x.shape}: give [N, n] = [{k}, n], n divisible "
                             f"by {k}.")
     state = x.reshape(k, k, -1).copy()  # [device, chunk, element]
     if p.op == "all-gather":

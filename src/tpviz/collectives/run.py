@@ -43,36 +43,36 @@ def _tables(p: CollectivePlan) -> list[tuple[list[tuple[int, int]], int, bool, l
 
 
 def follow(p: CollectivePlan, axis: str):
-    """Per-device code (for inside ``jax.shard_map`` over ``axis`` of size K) doing the plan.
+    """Per-device code (for inside ``jax.shard_map`` over ``axis`` of size N) doing the plan.
 
     The returned function takes this device's array: ``f32[n]`` for an all-reduce or a
-    reduce-scatter, its chunk ``f32[n/K]`` for an all-gather; it returns ``f32[n]``, or the
-    device's reduced chunk ``f32[n/K]`` for a reduce-scatter.
+    reduce-scatter, its chunk ``f32[n/N]`` for an all-gather; it returns ``f32[n]``, or the
+    device's reduced chunk ``f32[n/N]`` for a reduce-scatter.
     """
     k, tables = p.devices, _tables(p)
 
     def per_device(x):
         me = jax.lax.axis_index(axis)
-        if p.op == "all-gather":  # x: f32[n/K], this device's chunk
-            chunks = jnp.zeros((k, x.shape[0]), x.dtype).at[me].set(x)  # chunks: f32[K, n/K]
+        if p.op == "all-gather":  # x: f32[n/N], this device's chunk
+            chunks = jnp.zeros((k, x.shape[0]), x.dtype).at[me].set(x)  # chunks: f32[N, n/N]
         else:  # x: f32[n]
-            chunks = x.reshape(k, -1)  # chunks: f32[K, n/K]
+            chunks = x.reshape(k, -1)  # chunks: f32[N, n/N]
         for pairs, size, reduce, send, recv in tables:
             piece = jax.lax.dynamic_slice_in_dim(chunks, jnp.asarray(send)[me], size)
-            got = jax.lax.ppermute(piece, axis, pairs)  # got: f32[size, n/K], from my source
+            got = jax.lax.ppermute(piece, axis, pairs)  # got: f32[size, n/N], from my source
             at = jnp.asarray(recv)[me]
             if reduce:
                 got = got + jax.lax.dynamic_slice_in_dim(chunks, at, size)
             chunks = jax.lax.dynamic_update_slice_in_dim(chunks, got, at, axis=0)
         if p.op == "reduce-scatter":
-            return jax.lax.dynamic_index_in_dim(chunks, me, keepdims=False)  # f32[n/K]
+            return jax.lax.dynamic_index_in_dim(chunks, me, keepdims=False)  # f32[n/N]
         return chunks.reshape(-1)  # f32[n]
 
     return per_device
 
 
 def program(p: CollectivePlan, mesh, axis: str | None = None):
-    """The plan as a ``jax.shard_map`` program over a global ``[K · n]`` array split over
+    """The plan as a ``jax.shard_map`` program over a global ``[N · n]`` array split over
     ``axis`` (default: the mesh's only axis); the result is split the same way."""
     axis = axis or mesh.axis_names[0]
     if mesh.shape[axis] != p.devices:

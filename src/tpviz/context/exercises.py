@@ -20,6 +20,7 @@ from tpviz.core.exercises import (
     call,
     checker,
     expect_array,
+    expect_bytes,
     expect_number,
     mesh_1d,
 )
@@ -38,7 +39,7 @@ def check_ring_attention_bytes(answer) -> str:
         raise Wrong("that counts N permutes.", "After the last step no block needs to move.")
     if answer == want * 2:
         raise Wrong("that counts 4 bytes per value.", "bf16 is 2 bytes.")
-    expect_number(answer, want, hint="Each step passes this device's key and value block, "
+    expect_bytes(answer, want, hint="Each step passes this device's key and value block, "
                   "[2, S/N, H] values, to the next device.")
     return f"{want / 2**20:,.0f} MiB: 2(N-1)/N · S·H·b, the bytes of one all-gather of K and V."
 

@@ -8,6 +8,8 @@ yet", and reports any exception raised by the learner's code in plain words. Whi
 grades a submission (environment variable ``TPVIZ_GRADING`` set when tpviz is imported: the
 submission cannot switch it off by editing ``os.environ``), a stub answer fails instead, so an
 exercise not attempted scores 0 rather than nbgrader's full marks for a test that passes.
+The answers are made plain values (:mod:`tpviz.core.values`) before the body runs, so no code
+the learner wrote (an ``__eq__``, a ``__float__``) runs while an expected value exists.
 
 The whole check runs in a worker thread under :data:`CHECK_TIME_LIMIT_S` (every trace and compile
 of the learner's code included; see :mod:`tpviz.core.sandbox`): an endless loop, even one inside
@@ -19,17 +21,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import math
-import numbers
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from fractions import Fraction
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from tpviz.core import verify
 from tpviz.core.sandbox import StillRunning, TimeUp, run_limited, time_limit
+from tpviz.core.values import (  # noqa: F401 (the checkers import them from here)
+    NotAttempted,
+    Wrong,
+    as_bool,
+    as_integer,
+    as_number,
+    expect_bytes,
+    expect_number,
+    is_stub,
+    only_keys,
+    plain,
+)
 from tpviz.errors import describe
 
 NOT_ATTEMPTED = "not attempted yet"
@@ -42,27 +53,11 @@ CHECK_TIME_LIMIT_S = 90  # a whole check (below grading's 120-s cell timeout): t
 OUTPUT_LIMIT = 2000  # characters of the learner's printed output shown by a checker
 
 
-class Wrong(Exception):
-    """Raised inside a checker: the answer is wrong, with what is wrong and a hint."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message, self.hint = message, hint
-
-
-class NotAttempted(Exception):
-    """Raised inside a checker when the learner's answer is still the stub."""
-
-
 class ExerciseFailed(AssertionError):
     """What a checker raises for a wrong answer; renders as its message in IPython."""
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[31m{self}\x1b[0m"]
-
-
-def is_stub(value) -> bool:
-    return value is ... or value is NotImplemented
 
 
 _TimeUp = TimeUp  # the name earlier versions used
@@ -112,88 +107,6 @@ def call(fn: Callable, *args, what: str = "your function"):
                     "Run it on its own in a new cell to see the full error.") from None
 
 
-def as_integer(value, what: str = "your answer") -> int:
-    """An exact integer from an int, a NumPy or JAX integer scalar or a whole ``Fraction``;
-    :class:`Wrong` otherwise (strings, bools and floats such as 3.9 are not silently rounded)."""
-    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():
-        value = np.asarray(value).item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, Fraction) and value.denominator == 1:
-        value = value.numerator
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise Wrong(f"{what} should be a whole number, but it is {value!r} "
-                    f"({type(value).__name__}).")
-    return int(value)
-
-
-def as_number(value, what: str = "your answer") -> float:
-    """A float from any real number: int, float, ``Fraction``, NumPy or JAX scalar (or a 0-d
-    array); :class:`Wrong` for anything else (a string, a bool, an array of several values)."""
-    if is_stub(value):
-        raise NotAttempted
-    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():
-        value = np.asarray(value).item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise Wrong(f"{what} should be a number, but it is {value!r} ({type(value).__name__}).")
-    try:
-        plain = float(value)
-    except OverflowError:  # a Fraction or an int too large for a float
-        raise Wrong(f"{what} is too large to be right ({type(value).__name__}).") from None
-    if not math.isfinite(plain):
-        raise Wrong(f"{what} is {plain}, not a finite number.",
-                    "Look for a division by zero or an overflow.")
-    return plain
-
-
-def as_bool(value, what: str = "your answer") -> bool:
-    """A ``bool`` from ``True``/``False`` or a NumPy/JAX boolean scalar; :class:`Wrong` for
-    anything else (``1``, ``"yes"``)."""
-    if is_stub(value):
-        raise NotAttempted
-    if hasattr(value, "shape") and hasattr(value, "dtype") and tuple(value.shape) == ():
-        value = np.asarray(value).item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if not isinstance(value, bool):
-        raise Wrong(f"{what} should be True or False, but it is {value!r} "
-                    f"({type(value).__name__}).")
-    return value
-
-
-def only_keys(answer, allowed: Iterable[str], what: str = "your answer",
-              required: Iterable[str] | None = None) -> dict:
-    """The answer as a ``dict`` with no key outside ``allowed`` (and every key of ``required``,
-    default none); :class:`Wrong` naming an unknown or missing key otherwise."""
-    if is_stub(answer):
-        raise NotAttempted
-    if not isinstance(answer, dict):
-        raise Wrong(f"{what} should be a dict, but it is a {type(answer).__name__}.")
-    allowed = list(allowed)
-    extra = [k for k in answer if k not in allowed]
-    if extra:
-        raise Wrong(f"{what} has key {extra[0]!r}, which this exercise does not use.",
-                    f"Use only the keys {', '.join(map(repr, allowed))}.")
-    missing = [k for k in (required or []) if k not in answer]
-    if missing:
-        raise Wrong(f"{what} has no key {missing[0]!r}.",
-                    f"Give every one of {', '.join(map(repr, required))}.")
-    return answer
-
-
-def expect_number(value, expected: float, *, what: str = "your answer", rel: float = 1e-6,
-                  hint: str = "") -> None:
-    """The answer is a number equal to ``expected`` (within a relative tolerance)."""
-    try:
-        got = as_number(value, what)
-    except Wrong as w:
-        raise Wrong(w.message, hint) from None
-    if not math.isclose(got, expected, rel_tol=rel, abs_tol=rel):
-        raise Wrong(f"{what} is {got:,.6g}, which is not right.", hint)
-
-
 def expect_array(value, expected, *, what: str = "your result", rtol: float = 1e-5,
                  atol: float = 1e-5, hint: str = "") -> None:
     """The answer is an array of the expected shape and dtype, without NaN, close to expected."""
@@ -225,10 +138,14 @@ def mesh_1d(devices: int, axis: str):
 
 
 def _judge(body: Callable, args, kwargs) -> tuple[str, str]:
-    """Run one check: ``("ok", praise)``, ``("stub", "")`` or ``("wrong", message)``."""
+    """Run one check: ``("ok", praise)``, ``("stub", "")`` or ``("wrong", message)``. The
+    answers are made plain values (:func:`~tpviz.core.values.plain`) before the body runs, so
+    before any expected value exists."""
     try:
         if any(is_stub(a) for a in (*args, *kwargs.values())):
             raise NotAttempted
+        args = [plain(a) for a in args]
+        kwargs = {k: plain(v, f"{k!r}") for k, v in kwargs.items()}
         return "ok", body(*args, **kwargs) or ""
     except NotAttempted:
         return "stub", ""

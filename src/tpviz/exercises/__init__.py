@@ -52,6 +52,15 @@ _HOMES = {
         "Wrong",
         "checker",
     ),
+    "tpviz.inference.exercises": (
+        "check_decode_batch",
+        "check_draft_length",
+        "check_heads_decode",
+        "check_kv_per_token",
+        "check_lse_combine",
+        "check_paging_gain",
+        "check_serving_design",
+    ),
     "tpviz.layouts.exercises": (
         "check_block_notation",
         "check_bytes_per_device",

@@ -1,178 +1,232 @@
-"""Grading one submission, in a worker's own nbgrader course, and remembering the result.
+"""Grading one submission, and remembering the result.
 
-:func:`grade_one` copies a submission into the course (putting back any check cell the learner
-deleted), runs nbgrader's ``autograde`` and ``generate_feedback`` for it alone (in the course's
-worker process, :mod:`tpviz.grading.worker`), and reads its points from the gradebook. Each
-worker of :func:`tpviz.grading.grade.grade` has a course of its own (nbgrader's gradebook is one
-SQLite file), so workers never wait for each other.
+:func:`grade_one` prepares the notebook (:mod:`tpviz.grading.prepare`), runs it in its own
+sandbox (:mod:`tpviz.grading.runner`: the check cells write the answers out as plain data),
+then judges each exercise outside the learner's code: a value answer in the judge process
+(:mod:`tpviz.grading.judge`), a function answer in a fresh sandboxed process of its own
+(:mod:`tpviz.grading.fnrun`). An exercise earns its points when, and only when, its checker
+says ✓; nothing the notebook prints or writes counts.
 
-:class:`Cache` keeps each result in ``<out>/.tpviz-cache/`` under a key made of the submission,
-the chapter and the settings: a rerun skips a submission unchanged since its grade.
+:class:`Cache` keeps each result in ``<out>/.tpviz-cache/``, written by the grading process
+only, under a key made of what the sandbox cannot change: the submitted file's bytes, the
+chapter, the settings and tpviz's own code. A rerun skips a submission unchanged since.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import re
-import shutil
+import os
+import secrets
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tpviz.grading import metadata
-from tpviz.grading.course import Course
+from tpviz.grading import inner
+from tpviz.grading.prepare import Exercise, prepare
 
 CACHE = ".tpviz-cache"
-TIMEOUT_NAME = "CellTimeoutError"
+PHASE_A = [sys.executable, "-m", "tpviz.grading.runner"]
+PHASE_B = [sys.executable, "-m", "tpviz.grading.fnrun"]
+STARTUP_S = 90  # a sandboxed Python's imports and devices, on a loaded machine
 
 
 @dataclass
 class Result:
-    """One submission's grade: rows ``[exercise, points, max_points, note]``, the feedback page
-    (nbgrader's, or ours when nbgrader could not grade), and what went wrong, if anything."""
+    """One submission's grade: rows ``[exercise, points, max_points, note]``, the checkers'
+    messages, the executed notebook (for the feedback page), and what went wrong."""
 
     student: str
     chapter: str
     rows: list[list] = field(default_factory=list)
-    feedback: str = ""
+    messages: dict = field(default_factory=dict)  # grade_id -> (status, message)
+    notebook: dict | None = None
+    checks: dict = field(default_factory=dict)  # grade_id -> cell index in the notebook
+    notes: list = field(default_factory=list)
     problem: str = ""
     seconds: float = 0.0
-    phases: dict = field(default_factory=dict)  # seconds of nbgrader's autograde and feedback
+    phases: dict = field(default_factory=dict)  # seconds: the notebook, values, functions
 
     @property
     def points(self) -> tuple[float, float]:
         return (sum(float(r[1]) for r in self.rows), sum(float(r[2]) for r in self.rows))
 
 
-def _grade_id(cell: dict) -> str:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+@dataclass
+class Context:
+    """What every job of a run shares."""
+
+    sandbox: object
+    judge: inner.Judge
+    releases: dict  # chapter -> released notebook (dict)
+    exercises: dict  # chapter -> list[Exercise]
+    timeout: int
 
 
-def _is_check(cell: dict) -> bool:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return bool(meta.get("grade")) and not meta.get("solution")
+def _events(ctx: Context, prepared) -> tuple[dict, set, dict | None, str]:
+    answers, late, box = {}, set(), {}
+
+    def on_line(line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if isinstance(event.get("answer"), str) and isinstance(event.get("data"), dict):
+            answers.setdefault(event["answer"], event["data"])  # the first one counts
+        elif isinstance(event.get("timed_out"), str):
+            late.add(event["timed_out"])
+        elif isinstance(event.get("notebook"), dict):
+            box["nb"] = event["notebook"]
+
+    job = json.dumps({"notebook": prepared.notebook, "exercises": prepared.exercises,
+                      "timeout": ctx.timeout}).encode()
+    seconds = STARTUP_S + max(600, 6 * ctx.timeout)
+    code, _, cut = inner.run(ctx.sandbox, PHASE_A, job, seconds, on_line)
+    why = ""
+    if code is None:
+        why = f"the notebook was stopped after {seconds} s"
+    elif cut:
+        why = f"the notebook printed more than {inner.MAX_OUTPUT // 2**20} MiB"
+    elif "nb" not in box:
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        why = (f"the notebook's run ended early ({how}); the exercises it had not reached "
+               "score 0")
+    return answers, late, box.get("nb"), why
 
 
-def restore_check_cells(submission: bytes, released: bytes) -> tuple[bytes, list[str]]:
-    """Put back every check cell of the released chapter missing from the submission, after the
-    cell that precedes it in the chapter; returns the notebook and the restored grade ids.
-    (An edited check cell is restored by nbgrader's ``OverwriteCells``.) A file that is not a
-    notebook is returned unchanged: nbgrader reports it."""
+def function_verdict(ctx: Context, ex: Exercise, data: dict) -> tuple[str, str]:
+    """A function answer's verdict, from a fresh sandboxed process (see :mod:`fnrun`)."""
+    read, write = os.pipe()
+    key = secrets.token_hex(16)
+    job = {"checker": ex.checker, "args": data["args"], "kwargs": data["kwargs"],
+           "source": data.get("source", ""), "context": data.get("context", {}),
+           "key": key, "verdict_fd": write}
+    lines = []
     try:
-        nb = json.loads(submission)
-        cells = nb["cells"]
-        ids = {_grade_id(c) for c in cells}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return submission, []
-    restored = []
-    previous = ""  # grade id of the chapter's cell before the one being looked at
-    for cell in json.loads(released)["cells"]:
-        gid = _grade_id(cell)
-        if _is_check(cell) and gid not in ids:
-            at = next((i + 1 for i, c in enumerate(cells) if previous and _grade_id(c) == previous),
-                      len(cells))
-            cells.insert(at, copy.deepcopy(cell))
-            ids.add(gid)
-            restored.append(gid)
-        if gid:
-            previous = gid
-    if not restored:
-        return submission, []
-    return json.dumps(nb, indent=1).encode(), restored
+        code, errors, _ = inner.run(ctx.sandbox, PHASE_B, json.dumps(job).encode(),
+                                    STARTUP_S + ctx.timeout, pass_fds=(write,))
+        os.close(write)
+        write = -1
+        with os.fdopen(read, "rb") as f:
+            read = -1
+            lines = f.read(1 << 20).splitlines()
+    finally:
+        for fd in (read, write):
+            if fd >= 0:
+                os.close(fd)
+    if code is None:
+        return "wrong", f"✗ checking your function took more than {STARTUP_S + ctx.timeout} s"
+    try:
+        (verdict,) = [json.loads(ln) for ln in lines]
+        if verdict["key"] != key:
+            raise ValueError("a verdict without the key")
+        return verdict["status"], str(verdict["message"])
+    except (ValueError, KeyError, TypeError):
+        last = [ln for ln in errors.splitlines() if ln.strip()][-1:] or [f"exit {code}"]
+        return "wrong", ("✗ your function's check did not report normally (its process wrote "
+                         f"{len(lines)} verdicts; it ended with: {last[0][:200]})")
 
 
-def timeouts(autograded: Path) -> set[str]:
-    """Grade ids of the exercises in which a cell timed out: the check cell that timed out, or
-    the next check cell after a timed-out answer cell."""
-    if not autograded.exists():
-        return set()
-    found, pending = set(), False
-    for cell in json.loads(autograded.read_text())["cells"]:
-        pending |= any(o.get("ename") == TIMEOUT_NAME for o in cell.get("outputs", []))
-        if pending and _is_check(cell):
-            found.add(_grade_id(cell))
-            pending = False
-    return found
+def judge_one(ctx: Context, ex: Exercise, data: dict | None, untouched: bool) -> tuple[str, str]:
+    if data is None:
+        return "wrong", "✗ the notebook stopped before this exercise was reached"
+    if "failed" in data:
+        return "wrong", f"✗ your answer could not be read ({data['failed']})"
+    specs = [*data.get("args", []), *data.get("kwargs", {}).values()]
+    errors = [s["error"] for s in specs if "error" in s]
+    if errors:
+        return "wrong", f"✗ your answer could not be read: {errors[0]}"
+    if data.get("code"):
+        if untouched:
+            return "stub", "✗ not attempted yet."
+        return function_verdict(ctx, ex, data)
+    return ctx.judge(ex.checker, [s["value"] for s in data["args"]],
+                     {k: s["value"] for k, s in data["kwargs"].items()})
 
 
-def zero_rows(book: Path, chapter: str, note: str) -> list[list]:
-    nb = json.loads((book / f"{chapter}.ipynb").read_text())
-    return [[ex.grade_id, 0, ex.points, note] for ex in metadata.nbgrader_metadata(nb)[1]]
-
-
-def grade_one(course: Course, book: Path, student: str, chapter: str, path: Path) -> Result:
-    """Autograde ``path`` (``student``'s ``chapter``) in ``course``."""
-    from tpviz.grading.nbgrader_plugins import grades_of
-
+def grade_one(ctx: Context, student: str, chapter: str, data: bytes) -> Result:
     start = time.perf_counter()
     result = Result(student, chapter)
-    folder = course.root / "submitted" / student / chapter
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    data, restored = restore_check_cells(path.read_bytes(), course.released(chapter))
-    (folder / f"{chapter}.ipynb").write_bytes(data)
-    t0 = time.perf_counter()
-    _, log = course.grade("autograde", chapter, student)
-    t1 = time.perf_counter()
-    course.grade("generate_feedback", chapter, student)
-    result.phases = {"autograde": round(t1 - t0, 1),
-                     "feedback": round(time.perf_counter() - t1, 1)}
-    autograded = course.root / "autograded" / student / chapter / f"{chapter}.ipynb"
-    late = timeouts(autograded)
-    graded = grades_of(course.root / "gradebook.db", chapter, student)
-    if graded and autograded.exists():  # (a failed run leaves 0s in the gradebook)
-        result.rows = [[gid, score, top, "timed out" if gid in late else ""]
-                       for gid, score, top in graded]
-    else:
-        reason = _reason(log)
-        result.problem = f"could not be graded ({reason}): 0 points"
-        result.rows = zero_rows(book, chapter, "not graded")
-    if restored:
-        result.problem = (result.problem + "; " if result.problem else "") + \
-            f"restored deleted check cell(s) {', '.join(restored)}"
-    page = course.root / "feedback" / student / chapter / f"{chapter}.html"
-    result.feedback = page.read_text() if page.exists() else ""
+    exercises = ctx.exercises[chapter]
+    try:
+        prepared = prepare(data, ctx.releases[chapter])
+    except (ValueError, UnicodeDecodeError) as e:
+        result.problem = f"could not be graded ({e}): 0 points"
+        result.rows = [[ex.grade_id, 0, _n(ex.points), "not graded"] for ex in exercises]
+        return result
+    result.notes = prepared.notes
+    answers, late, result.notebook, why = _events(ctx, prepared)
+    result.phases = {"notebook": round(time.perf_counter() - start, 1), "values": 0.0,
+                     "functions": 0.0}
+    if why:
+        result.problem = why
+    result.checks = {e["grade_id"]: e["index"] for e in prepared.exercises}
+    for ex in exercises:
+        data, begun = answers.get(ex.grade_id), time.perf_counter()
+        status, message = judge_one(ctx, ex, data, ex.grade_id in prepared.untouched)
+        phase = "functions" if data and data.get("code") else "values"
+        result.phases[phase] = round(result.phases[phase] + time.perf_counter() - begun, 1)
+        if ex.grade_id in late:
+            status, message = "wrong", "✗ a cell of this exercise ran past the time limit"
+        result.messages[ex.grade_id] = [status, message]
+        note = "timed out" if ex.grade_id in late else ""
+        result.rows.append([ex.grade_id, _n(ex.points) if status == "ok" else 0,
+                            _n(ex.points), note])
     result.seconds = time.perf_counter() - start
     return result
 
 
-def _reason(log: str) -> str:
-    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    for ln in reversed(lines):  # the exception itself, not nbgrader's "see the traceback"
-        if re.match(r"^[\w.]*(Error|Exception)\b", ln) and "AutogradeApp" not in ln:
-            return ln[:200]
-    for ln in reversed(lines):
-        if "Error" in ln or "error" in ln:
-            return ln[:200]
-    return lines[-1][:200] if lines else "nbgrader gave no reason"
+def _n(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
+
+
+def code_digest() -> str:
+    """SHA-256 of tpviz's own source: a fixed checker makes every cached grade stale."""
+    import tpviz
+
+    h = hashlib.sha256()
+    for path in sorted(Path(tpviz.__file__).parent.rglob("*.py")):
+        h.update(path.as_posix().encode() + path.read_bytes())
+    return h.hexdigest()
 
 
 class Cache:
-    """Results kept in ``<out>/.tpviz-cache/<student>/<chapter>.json``, each under a key."""
+    """Results in ``<out>/.tpviz-cache/<student>/<chapter>.json``, each under its key."""
 
-    def __init__(self, out: Path, book: Path, settings: str):
-        self.folder, self.book, self.settings = out / CACHE, book, settings
+    def __init__(self, out: Path, settings: str, releases: dict):
+        self.folder, self.releases = out / CACHE, releases
+        self.settings = settings + code_digest()
 
-    def key(self, chapter: str, path: Path) -> str:
+    def key(self, chapter: str, data: bytes) -> str:
         h = hashlib.sha256(self.settings.encode())
-        for data in (path.read_bytes(), (self.book / f"{chapter}.ipynb").read_bytes()):
-            h.update(hashlib.sha256(data).digest())
+        for part in (chapter.encode(), json.dumps(self.releases[chapter]).encode(), data):
+            h.update(hashlib.sha256(part).digest())
         return h.hexdigest()
 
-    def get(self, student: str, chapter: str, path: Path) -> Result | None:
-        file = self.folder / student / f"{chapter}.json"
+    def get(self, student: str, chapter: str, data: bytes, exercises) -> Result | None:
         try:
-            saved = json.loads(file.read_text())
-        except (OSError, ValueError):
+            saved = json.loads((self.folder / student / f"{chapter}.json").read_text())
+            if saved.pop("key") != self.key(chapter, data):
+                return None
+            result = Result(**saved)
+        except (OSError, ValueError, TypeError, KeyError):
             return None
-        if saved.get("key") != self.key(chapter, path):
+        top = {ex.grade_id: ex.points for ex in exercises}  # never above the book's points
+        if [r[0] for r in result.rows] != list(top):
             return None
-        saved.pop("key")
-        return Result(**saved)
+        for row in result.rows:
+            row[2] = _n(top[row[0]])
+            row[1] = _n(min(float(row[1]), top[row[0]])) if result.messages.get(
+                row[0], ["wrong"])[0] == "ok" else 0
+        return result
 
-    def put(self, result: Result, path: Path) -> None:
+    def put(self, result: Result, data: bytes) -> None:
         file = self.folder / result.student / f"{result.chapter}.json"
         file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(json.dumps({"key": self.key(result.chapter, path), **asdict(result)}))
+        temporary = file.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"key": self.key(result.chapter, data),
+                                         **asdict(result)}))
+        os.replace(temporary, file)

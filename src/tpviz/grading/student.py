@@ -7,16 +7,14 @@ for a function. The checkers report both as "not attempted yet". Worked answers 
 Answer`` blocks in markdown) become a one-line note; cells tagged ``solution`` are dropped.
 
 These functions are the stub of nbgrader's ``generate_assignment`` (see
-:mod:`tpviz.grading.nbgrader_plugins`): the student version is always what nbgrader releases.
-
-Usage: ``python -m tpviz.grading.student book student [--force]``
+:mod:`tpviz.grading.nbgrader_plugins`): the student version is always what nbgrader releases
+(write it with ``python -m tpviz.grading.release book student``, :mod:`tpviz.grading.release`).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import sys
 import textwrap
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
@@ -97,13 +95,3 @@ def strip_worked_answers(markdown: str) -> str:
 def is_worked_answer_cell(cell: dict) -> bool:
     """A cell tagged ``solution`` (dropped whole from the student version)."""
     return "solution" in cell.get("metadata", {}).get("tags", [])
-
-
-def main(argv: list[str] | None = None) -> int:
-    from tpviz.grading.course import release_main
-
-    return release_main(sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
-from tpviz import compat
-from tpviz.core import build, compiled, layout
+from tpviz.core import compiled, harness, layout
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
     as_integer,
     as_number,
-    call,
     checker,
     expect_array,
-    expect_number,
+    expect_bytes,
     is_stub,
 )
 from tpviz.core.notation import axes_of, parse
-from tpviz.devices import make_mesh
 from tpviz.errors import TpvizError
 
 
@@ -39,7 +36,7 @@ def check_bytes_per_device(answer) -> str:
     if answer == 4096 * 8192 * 2:
         raise Wrong(f"{answer:,} bytes is the whole array.",
                     "Rows are split over X (2 ways) and columns over Y (4 ways).")
-    expect_number(answer, expected, what="your answer",
+    expect_bytes(answer, expected, what="your answer",
                   hint="Divide each dimension by the size of its mesh axes, then multiply by "
                        "2 bytes per bf16 element.")
     return f"Each device holds a [2048, 2048] block: {expected:,} bytes."
@@ -81,6 +78,10 @@ def check_rows_over_mesh(x_sharded, x) -> str:
         raise Wrong(f"x_sharded sits on {len(x_sharded.sharding.device_set)} devices of a mesh "
                     f"{dict(mesh.shape)}; the exercise asks for all 8 devices as a (2, 4) mesh.",
                     "Make the mesh with tpviz.make_mesh((2, 4), ('X', 'Y')).")
+    if tuple(mesh.axis_names) != ("X", "Y") or tuple(mesh.devices.shape) != (2, 4):
+        raise Wrong(f"x_sharded sits on the mesh {dict(mesh.shape)}; the exercise asks for the "
+                    "(2, 4) mesh with axes X (size 2) and Y (size 4), and rows split over both.",
+                    "Use the chapter's mesh, whose axes are X and Y.")
     want = NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
     local = x_sharded.addressable_shards[0].data.shape
     wanted = layout.shard_shape(x.shape, want.spec, dict(mesh.shape))
@@ -104,67 +105,54 @@ def check_rows_over_mesh(x_sharded, x) -> str:
             f"compiled row sum takes {held} bytes per device and moves nothing.")
 
 
+def _rows(s: dict, rng) -> tuple[np.ndarray]:
+    return (rng.standard_normal((s["rows"], s["cols"]), dtype=np.float32),)
+
+
+TOTAL = harness.Build(
+    what="total(x)", layouts=("x[I_X, J]",), out=None, axes=("X",), per_device=False,
+    manual=True, inputs=_rows, reference=lambda x: np.float32(x.sum(dtype=np.float64)),
+    cases=(((8,), {"rows": 16, "cols": 5}), ((8,), {"rows": 24, "cols": 3})),
+    collectives=lambda case: [harness.Expect("all-reduce", 4, ("X",), what="one number")],
+    hint="What can each device compute from its own block alone, and which collective then "
+         "combines the devices' results? Check that out_specs says the result is the same on "
+         "every device.",
+    praise="Each device summed its own block; one number per device was all-reduced.")
+
+
 @checker("A global sum with one all-reduce")
 def check_total(total, x) -> str:
-    """``total(x)`` under ``jax.shard_map``: the sum of all elements, one all-reduce of a scalar."""
-    program = call(compiled.compile_for, total, x, what="total(x)")  # traces it once
-    result = call(program, x, what="total(x)")
-    if np.shape(result) != ():
-        raise Wrong(f"total(x) has shape {np.shape(result)}; a sum is a scalar.",
-                    "Reduce the block to one number before communicating, and check that "
-                    "out_specs says the result is the same on every device.")
-    expect_array(result, np.float32(np.asarray(x).sum()), what="total(x)", rtol=1e-4,
-                 hint="What can each device compute from its own block alone, and which "
-                      "collective then combines the devices' results?")
-    found = compiled.collectives(program)
-    if found.kinds() != {"all-reduce": 1}:
-        raise Wrong(f"the compiled program holds {dict(found.kinds())}; expected one all-reduce.",
-                    "Use exactly one jax.lax.psum over 'X'.")
-    (op,) = found
-    if op.bytes != np.dtype(x.dtype).itemsize:
-        raise Wrong(f"your all-reduce moves a {op.dtype}{list(op.shape)} array ({op.bytes} bytes "
-                    "per device); a single number would do.",
-                    "What could each device do to its block before the all-reduce?")
-    return f"One all-reduce of {op.bytes} bytes over {op.group_size} devices."
+    """``total`` is ``jax.shard_map`` over the chapter's 8-device axis "X" with x[I_X, J]: the
+    sum of all elements, a scalar, with one all-reduce of one number. ``x`` is the notebook's
+    array; the check sums arrays of its own."""
+    return harness.grade(total, TOTAL)
 
 
-def _explicit_input():
-    mesh = make_mesh((2, 4), ("X", "Y"), axis_types=(AxisType.Explicit,) * 2)
-    a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
-    return mesh, a, jax.device_put(a, NamedSharding(mesh, PartitionSpec("X", "Y")))
+def _typed(s: dict, rng) -> tuple[np.ndarray]:
+    return (rng.standard_normal((s["rows"], s["cols"]), dtype=np.float32),)
+
+
+RESHARD = harness.Build(
+    what="your function", layouts=("A[I_X, J_Y]",), out="A[I_XY, J]", axes=("X", "Y"),
+    per_device=False, manual=True, explicit=True, placed=True, inputs=_typed,
+    reference=lambda a: a,
+    cases=(((2, 4), {"rows": 16, "cols": 32}), ((2, 4), {"rows": 8, "cols": 12}),
+           ((4, 2), {"rows": 24, "cols": 8})),
+    collectives=lambda case: [harness.Expect(
+        "all-to-all", case.nbytes("A") // case.n, ("Y",), what="one block")],
+    hint="Resharding moves data and never changes it. In A[I_X, J_Y] a device's block has some of "
+         "the rows its row group needs and some of the columns; in A[I_XY, J] it has fewer rows, "
+         "all columns. Which pieces of its block must go to which device of Y?",
+    praise="Typed A[I_XY, J]: each device sent a piece of its block to every other device of Y.")
 
 
 @checker("Reshard in Explicit mode")
 def check_explicit_reshard(fn) -> str:
-    """``fn(a)`` under ``jax.jit`` on a (2, 4) mesh with Explicit axes X and Y: ``a`` is
-    f32[16, 32] typed A[I_X, J_Y]; the result must be the same values typed A[I_XY, J] (rows
-    over both axes, X major), moved with one all-to-all of one block along Y."""
-    mesh, a, placed = _explicit_input()
-    with compat.mesh_context(mesh):
-        ran = build.run(fn, mesh, None, None, placed, what="your function")
-    out = ran.out
-    expect_array(out, a, what="the result", hint="Resharding moves data; it never changes it.")
-    want = NamedSharding(mesh, PartitionSpec(("X", "Y"), None))
-    spec = getattr(out.sharding, "spec", None)
-    if not out.sharding.is_equivalent_to(want, 2):
-        swapped = NamedSharding(mesh, PartitionSpec(("Y", "X"), None))
-        if out.sharding.is_equivalent_to(swapped, 2):
-            raise Wrong(f"the result is typed {spec}: the rows are split with Y major.",
-                        "The order inside the tuple decides which axis is major.")
-        raise Wrong(f"the result is typed {spec}, not rows over both axes with X major.",
-                    "Say the layout you want with jax.sharding.reshard and a PartitionSpec.")
-    found = build.moving(ran.program, mesh)
-    block = a.nbytes // mesh.size
-    if any(c.kind == "all-gather" for c, _ in found):
-        raise Wrong(f"right layout, but the compiled program holds {build.summary(found)}: it "
-                    "goes through a gathered copy, more bytes than moving one block.",
-                    "Go to the target layout in one step.")
-    if [(c.kind, c.bytes, axes) for c, axes in found] != [("all-to-all", block, ("Y",))]:
-        raise Wrong(f"right layout, but the compiled program holds {build.summary(found)}; one "
-                    f"all-to-all of one {block}-byte block along Y suffices.",
-                    "Go to the target layout in one step.")
-    return (f"Typed {spec}, with one all-to-all of {block} bytes along Y: the columns' split "
-            "moved onto the rows.")
+    """``fn(a)`` under ``jax.jit`` with an Explicit mesh (X, Y) as the current mesh: ``a`` is
+    typed A[I_X, J_Y]; the result must be the same values typed A[I_XY, J] (rows over both axes,
+    X major), moved by a ``jax.shard_map`` the learner writes, with one all-to-all of one block
+    along Y; on the (2, 4) and (4, 2) meshes at several sizes."""
+    return harness.grade(fn, RESHARD)
 
 
 @checker("Notation for a block")
@@ -212,7 +200,7 @@ def check_fit_layout(in_notation, w_notation, bytes_per_device) -> str:
         if name == "In" and tuple(axes_of(spec[0] if len(spec) else None)) != ("X",):
             raise Wrong(f"{text} does not split the batch (the rows of In) over X alone.",
                         "Data parallelism over X: the rows of In go over X and over no other axis.")
-    expect_number(bytes_per_device, held, what="your bytes per device",
+    expect_bytes(bytes_per_device, held, what="your bytes per device",
                   hint="For each array: its block's elements (each dimension divided by the "
                        "sizes of its mesh axes) × 2 bytes; then add the two.")
     if held > FIT_BUDGET:

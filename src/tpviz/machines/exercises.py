@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import replace
@@ -27,7 +28,7 @@ from tpviz.core.exercises import (
 
 D = F = 8192  # Exercise 2.1's matmul X[B, D] · W[D, F] in bf16 on an H100
 GATHER_V = 64e6  # Exercise 2.2: bytes gathered over each axis of a v5e 8×16 slice
-A2A_V = 1e9  # Exercise 2.3: an all-to-all over one 16-axis of a v5e 16×16 slice
+A2A_V = 16e6  # Exercise 2.3: an all-to-all over one 16-axis of a v5e 16×16 slice
 # Exercise 2.8: LLaMA-3 70B's MLP, 2M tokens per step on 4096 TPU v5p chips
 DESIGN = {"batch": 1 << 21, "chips": 4096, "D": 8192, "F": 28672}
 
@@ -46,8 +47,9 @@ def check_matmul_ridge(answer) -> str:
         raise Wrong("that is the ridge itself; the matmul also reads W and writes its output.",
                     "Its intensity is 2BDF / (2(BD + DF + BF)), a little below B.")
     if b != want:
-        side = "memory" if bound(b) == "memory" else "compute, but a smaller B is too"
-        raise Wrong(f"at B = {b} the matmul is {side}-bound.",
+        said = ("memory-bound" if bound(b) == "memory" else
+                "compute-bound, but so is a smaller B")
+        raise Wrong(f"at B = {b} the matmul is {said}.",
                     "Find the smallest B whose intensity reaches the chip's ridge C / W_hbm.")
     return f"B = {want}: the ridge of an H100 is {ridge:,.0f} FLOPs per byte."
 
@@ -75,16 +77,22 @@ def check_wraparound(answer) -> str:
 
 @checker("An all-to-all on a ring")
 def check_ring_all_to_all(answer) -> str:
-    """ms of an all-to-all of V = 1 GB over axis 0 of a v5e 16×16 slice."""
+    """ms of an all-to-all of V = 16 MB over axis 0 of a v5e 16×16 slice, latency included."""
     got = as_number(answer)
-    want = hw.tpu("TPU v5e", (16, 16)).collective_time("all-to-all", A2A_V, (0,)) * 1e3
+    p = hw.tpu("TPU v5e", (16, 16)).price("all-to-all", A2A_V, (0,))
+    want, bandwidth = p.seconds * 1e3, p.bandwidth_s * 1e3
     switch = 15 / 256 * A2A_V / 9e10 * 1e3
-    if math.isclose(got, switch, rel_tol=0.05):
-        raise Wrong("that is the all-to-all of a switch, where every peer is one hop away.",
-                    "On a ring a message to a peer d hops away loads d links.")
+    for off in (0, p.latency_s * 1e3):  # a switch's all-to-all, with or without the hops
+        if math.isclose(got, switch + off, rel_tol=0.02):
+            raise Wrong("that is the all-to-all of a switch, where every peer is one hop away.",
+                        "On a ring a message to a peer d hops away loads d links.")
+    if math.isclose(got, bandwidth, rel_tol=0.02):
+        raise Wrong("that is the bandwidth term alone; the question includes the latency.",
+                    "Add the hops: the farthest peer on a ring of 16 is 8 hops away.")
     expect_number(got, want, what="your time (ms)", rel=1e-2,
                   hint="Each link carries V/8 each way: V / (4 W_bidi) plus 8 hops of 1 µs.")
-    return f"{want:,.3f} ms: a quarter of an all-gather of the same V."
+    return (f"{want:,.4f} ms: {bandwidth:,.4f} ms of bandwidth, a quarter of an all-gather of "
+            f"the same V, and {p.latency_s * 1e6:.0f} µs of hops.")
 
 
 @checker("Where latency stops mattering")
@@ -195,17 +203,48 @@ def check_fast_gather(fn) -> str:
     return f"{', '.join(kinds)}: {us:.1f} µs on a v5e 2×4 slice."
 
 
+def pod_layouts(axes: int = 3, size: int = 16) -> dict[tuple[int, int, int, int], tuple]:
+    """Every (X, Y, M_X, M_Y) a pod of ``axes`` torus axes of ``size`` chips can hold: each axis
+    split as x_a · y_a = size (x_a along X, y_a along Y), M counting the axes with a factor
+    above 1; the value is one split that makes it, ((x_a, y_a) per axis)."""
+    factors = [f for f in range(1, size + 1) if size % f == 0]
+    found = {}
+    for xs in itertools.product(factors, repeat=axes):
+        ys = tuple(size // x for x in xs)
+        key = (math.prod(xs), math.prod(ys), sum(x > 1 for x in xs), sum(y > 1 for y in ys))
+        found.setdefault(key, tuple(zip(xs, ys, strict=True)))
+    return found
+
+
 @checker("Design: FSDP × tensor parallelism on a v5p pod")
 def check_pod_design(x, y, m_x, m_y) -> str:
-    """X·Y = 4096 chips, M_X + M_Y = 3 torus axes: LLaMA-3 70B's MLP compute-bound forward."""
+    """X·Y = 4096 chips laid out on the 16×16×16 pod (each torus axis split between X and Y;
+    M_X, M_Y the axes each spans): LLaMA-3 70B's MLP compute-bound forward."""
     x, y, m_x, m_y = (as_integer(v) for v in (x, y, m_x, m_y))
     b, n, d, f = (DESIGN[k] for k in ("batch", "chips", "D", "F"))
-    if x * y != n or m_x + m_y != 3 or min(x, y, m_x, m_y) < 1:
-        raise Wrong(f"X·Y = {x * y:,} chips and M_X + M_Y = {m_x + m_y}; use 4096 and 3.")
+    if x * y != n or min(x, y) < 1:
+        raise Wrong(f"X·Y = {x * y:,} chips; the pod has {n:,}.")
+    layouts = pod_layouts()
+    if (x, y, m_x, m_y) not in layouts:
+        if not 0 <= m_x <= 3 or not 0 <= m_y <= 3 or m_x + m_y < 3:
+            why = ("every one of the 3 torus axes is spanned by X, Y or both, so "
+                   "M_X + M_Y is 3 or more, each at most 3")
+        elif x > 16**m_x or y > 16**m_y:
+            big, m = (x, m_x) if x > 16**m_x else (y, m_y)
+            why = f"{m} torus axes of 16 hold at most {16**m:,} chips, not {big:,}"
+        else:
+            why = (f"with M_X + M_Y = {m_x + m_y}, {m_x + m_y - 3} torus axes are shared and "
+                   f"the other {6 - m_x - m_y} belong whole to X or Y, which does not give "
+                   f"X = {x:,} and Y = {y:,}")
+        raise Wrong(f"(X, Y, M_X, M_Y) = ({x}, {y}, {m_x}, {m_y}) cannot be laid out on a "
+                    f"16×16×16 pod: {why}.",
+                    "Split each torus axis as x_a · y_a = 16; X = Π x_a, Y = Π y_a, and M "
+                    "counts the factors above 1.")
     s = hw.TPUS["TPU v5p"]
     c, w = s.chip.peak(), 2 * s.link
     math_s = 4 * b * d * f / (n * c)
-    fsdp, tp = 4 * d * f / (y * w * m_x), 4 * b * d / (x * w * m_y)
+    fsdp = 4 * d * f / (y * w * m_x) if x > 1 else 0.0
+    tp = 4 * b * d / (x * w * m_y) if y > 1 else 0.0
     if tp > math_s:
         raise Wrong(f"tensor parallelism over {y} chips is communication-bound "
                     f"({tp * 1e3:.2f} ms against {math_s * 1e3:.2f} ms of math).",
@@ -213,5 +252,6 @@ def check_pod_design(x, y, m_x, m_y) -> str:
     if fsdp > math_s:
         raise Wrong(f"FSDP over {x} chips is communication-bound ({fsdp * 1e3:.2f} ms against "
                     f"{math_s * 1e3:.2f} ms of math).", "X must stay below B · M_X / α.")
-    return (f"compute {math_s * 1e3:.2f} ms, FSDP {fsdp * 1e3:.2f} ms, TP {tp * 1e3:.2f} ms: "
-            "compute-bound.")
+    split = " × ".join(f"{xa}·{ya}" for xa, ya in layouts[(x, y, m_x, m_y)])
+    return (f"torus axes split (x·y) {split}: compute {math_s * 1e3:.2f} ms, FSDP "
+            f"{fsdp * 1e3:.2f} ms, TP {tp * 1e3:.2f} ms: compute-bound.")

@@ -17,7 +17,7 @@ MACHINES = {
     "TPU v5e 16×16": ("TPU v5e", (16, 16)), "TPU v5e 8×16": ("TPU v5e", (8, 16)),
     "TPU v5e 4×4": ("TPU v5e", (4, 4)), "TPU v6e 16×16": ("TPU v6e", (16, 16)),
     "TPU v5p 4×4×4": ("TPU v5p", (4, 4, 4)), "TPU v5p 2×2×4": ("TPU v5p", (2, 2, 4)),
-    "TPU v5p 16×16×16": ("TPU v5p", (16, 16, 16)),
+    "TPU v5p 16×16×16": ("TPU v5p", (16, 16, 16)), "TPU v4p 4×4×4": ("TPU v4p", (4, 4, 4)),
     "H100 ×256 (32 nodes)": ("H100", 256), "H100 + SHARP ×256": ("H100 + SHARP", 256),
     "A100 ×256 (32 nodes)": ("A100", 256), "B200 ×256 (32 nodes)": ("B200", 256),
 }
@@ -85,7 +85,7 @@ LIVE = LiveFigure(
               "megabytes": Grid(list(MEGABYTES), "V (MB)", start=10.0)},
     rows=network_rows, chart=lambda base: words_and_bars(base, "µs"))
 
-CHIPS = ("TPU v5e", "TPU v5p", "TPU v6e", "H100", "A100", "B200")
+CHIPS = ("TPU v5e", "TPU v5p", "TPU v6e", "TPU v4p", "H100", "A100", "B200")
 BATCHES = (16, 32, 64, 128, 256, 512, 1024, 4096)
 
 

@@ -16,6 +16,7 @@ from tpviz.core.exercises import (
     call,
     checker,
     expect_array,
+    expect_bytes,
     expect_number,
     is_stub,
     mesh_1d,
@@ -93,7 +94,7 @@ def check_all_gather_bytes(answer) -> str:
                     "After gathering along D each device holds all of D for its rows.")
     if answer == 1024 * 4096 * 2:
         raise Wrong("that is the whole of In.", "B stays split over X: only D is gathered.")
-    expect_number(answer, gather.bytes,
+    expect_bytes(answer, gather.bytes,
                   hint="After gathering along D, which dimension of In is still split, and "
                        "over how many devices?")
     return f"Each device ends with In[B_X, D]: {gather.bytes:,} bytes."
@@ -193,7 +194,7 @@ def check_matmul_design(x_notation, w_notation, bytes_per_device, milliseconds) 
         held, time = design_cost(x_notation, w_notation)
     except TpvizError as e:
         raise Wrong(f"{x_notation} · {w_notation} is not a valid plan: {e}") from None
-    expect_number(bytes_per_device, held, what="your bytes per device",
+    expect_bytes(bytes_per_device, held, what="your bytes per device",
                   hint="Add the blocks of In, W1 and Out one device holds, and any operand it "
                        "all-gathers; 2 bytes per element.")
     expect_number(milliseconds, time * 1e3, what="your time in ms", rel=0.02,

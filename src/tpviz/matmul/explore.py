@@ -53,13 +53,13 @@ def explore_matmul(mesh: str = "X=2, Y=4", x: str = "In[B_X, D_Y]", w: str = "W1
     return live(controls, render_matmul, figure=LIVE)
 
 
-# the cases of the chapter, as the live figure's choices of (X, W)
-CASES = {"X[B_X, D_Y] · W[D_Y, F]": ("X[B_X, D_Y]", "W[D_Y, F]"),
-         "X[B_X, D] · W[D, F_Y]": ("X[B_X, D]", "W[D, F_Y]"),
-         "X[B_X, D_Y] · W[D, F_Y]": ("X[B_X, D_Y]", "W[D, F_Y]"),
-         "X[B, D_X] · W[D_X, F_Y]": ("X[B, D_X]", "W[D_X, F_Y]"),
-         "X[B_X, D_Y] · W[D_Y, F] (gather)": ("X[B_X, D_Y]", "W[D, F]"),
-         "X[B_X, D] · W[D_X, F] (FSDP)": ("X[B_X, D]", "W[D_X, F]")}
+# the cases of the chapter, as the live figure's choices of (In, W1), in the notation page's names
+CASES = {"In[B_X, D_Y] · W1[D_Y, F]": ("In[B_X, D_Y]", "W1[D_Y, F]"),
+         "In[B_X, D] · W1[D, F_Y]": ("In[B_X, D]", "W1[D, F_Y]"),
+         "In[B_X, D_Y] · W1[D, F_Y]": ("In[B_X, D_Y]", "W1[D, F_Y]"),
+         "In[B, D_X] · W1[D_X, F_Y]": ("In[B, D_X]", "W1[D_X, F_Y]"),
+         "In[B_X, D_Y] · W1[D, F] (gather In)": ("In[B_X, D_Y]", "W1[D, F]"),
+         "In[B_X, D] · W1[D_X, F] (FSDP)": ("In[B_X, D]", "W1[D_X, F]")}
 
 
 def matmul_rows(shardings: str, b: int, d: int, f: int, system: str, reduce_scatter: bool,
@@ -81,7 +81,7 @@ def matmul_rows(shardings: str, b: int, d: int, f: int, system: str, reduce_scat
 LIVE_SYSTEMS = ["TPU v5e (ICI)", "TPU v5p (ICI)", "TPU v6e (ICI)", "H100 (NVLink)",
                 "H100 cluster (NVLink + InfiniBand)", "A100 cluster (NVLink + InfiniBand)"]
 LIVE = LiveFigure(
-    controls={"shardings": Grid(list(CASES), "X · W"),
+    controls={"shardings": Grid(list(CASES), "In · W1"),
               "b": Grid([256, 2048, 16384], "B", start=2048),
               "d": Grid([256, 2048, 16384], "D", start=2048),
               "f": Grid([256, 2048, 16384], "F", start=2048),

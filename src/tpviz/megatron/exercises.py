@@ -14,6 +14,7 @@ from tpviz.core.exercises import (
     as_number,
     checker,
     expect_array,
+    expect_bytes,
     expect_number,
     is_stub,
     mesh_1d,
@@ -158,7 +159,7 @@ def check_all_reduces(answer) -> str:
                     "Each block has 2 in the forward pass (g) and 2 in the backward pass (f).")
     if answer == layers:
         raise Wrong("that is one per layer.", "Attention and the MLP each end with an all-reduce.")
-    expect_number(answer, 4 * layers,
+    expect_bytes(answer, 4 * layers,
                   hint="Count the all-reduces of one block in each direction, then the blocks.")
     return f"{4 * layers} all-reduces, each of batch × sequence × hidden elements."
 
@@ -175,7 +176,7 @@ def check_weight_bytes(answer) -> str:
         raise Wrong("that is the MLP only.", "Add the attention projections.")
     if answer == 2 * per_device:
         raise Wrong("that counts 4 bytes per parameter.", "bf16 is 2 bytes.")
-    expect_number(answer, per_device,
+    expect_bytes(answer, per_device,
                   hint="Count the parameters of the four attention projections and of the two "
                        "MLP matrices, then the bytes, then one device's share.")
     return f"{per_device / 2**20:,.0f} MiB per device instead of {8 * per_device / 2**30:.1f} GiB."
@@ -199,7 +200,7 @@ def check_tp_bytes(answer) -> str:
     if answer == 4 * 2 * one:
         raise Wrong("that is the large-N limit 2V per all-reduce; with N = 8 a ring sends less.",
                     hint)
-    expect_number(answer, p.ring_bytes_per_step, rel=1e-3, hint=hint)
+    expect_bytes(answer, p.ring_bytes_per_step, hint=hint)
     return (f"{p.ring_bytes_per_step / 2**30:.2f} GiB per block per step. More devices would "
             "not shrink it: the ring's 2(N-1)/N only grows towards 2.")
 
@@ -230,7 +231,7 @@ def check_tp_degree(n, weight_bytes, comm_percent) -> str:
         raise Wrong(f"N = {n!r}: inside one 8-GPU node, with 40 heads split evenly, N is 1, 2, 4 "
                     "or 8.")
     held, ratio = tp_design(n)
-    expect_number(weight_bytes, held, what="your weight bytes per device", rel=1e-3,
+    expect_bytes(weight_bytes, held, what="your weight bytes per device",
                   hint="12 H² parameters per block, 40 blocks, 2 bytes each, 1/N per device.")
     expect_number(comm_percent, 100 * ratio, what="your communication / compute in %", rel=0.02,
                   hint="Compute: the plan's training FLOPs / R. Communication: 4 ring "

@@ -18,6 +18,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -81,21 +82,25 @@ def row_parallel(h, w, axis=None):
 
 
 def mlp(x, w1, w2, axis=None):
-    """``Out = gelu(In W1) W2``, W1 column-parallel and W2 row-parallel: one all-reduce forward."""
-    return row_parallel(jax.nn.gelu(column_parallel(x, w1, axis)), w2, axis)
+    """``Out = gelu(In W1) W2``, W1 column-parallel and W2 row-parallel: one all-reduce forward.
+    The matmuls' outputs are named ``"mlp_in"`` and ``"mlp_out"`` for ``jax.checkpoint``
+    policies (``save_only_these_names``); a name changes nothing else."""
+    hidden = checkpoint_name(column_parallel(x, w1, axis), "mlp_in")
+    return checkpoint_name(row_parallel(jax.nn.gelu(hidden), w2, axis), "mlp_out")
 
 
 def attention(x, wq, wk, wv, wo, head_dim: int, axis=None):
     """Multi-head self-attention over ``x[batch, seq, H]``; each device computes whole heads.
 
     ``wq, wk, wv: [H, heads/N * head_dim]`` (column-parallel: a device's heads, applied as one
-    fused QKV layer, so one f), ``wo: [heads/N * head_dim, H]`` (row-parallel)."""
+    fused QKV layer, so one f), ``wo: [heads/N * head_dim, H]`` (row-parallel). The projections'
+    outputs are named ``"qkv"`` and ``"attention_out"`` for ``jax.checkpoint`` policies."""
     batch, seq, _ = x.shape
-    q, k, v = (t.reshape(batch, seq, -1, head_dim)  # [batch, seq, local heads, head_dim]
+    q, k, v = (checkpoint_name(t, "qkv").reshape(batch, seq, -1, head_dim)  # [b, s, heads/N, d]
                for t in column_parallel(x, (wq, wk, wv), axis))
     scores = jnp.einsum("bqnd,bknd->bnqk", q, k) / math.sqrt(head_dim)
     out = jnp.einsum("bnqk,bknd->bqnd", jax.nn.softmax(scores, axis=-1), v)
-    return row_parallel(out.reshape(batch, seq, -1), wo, axis)
+    return checkpoint_name(row_parallel(out.reshape(batch, seq, -1), wo, axis), "attention_out")
 
 
 def layer_norm(x, eps: float = 1e-5):

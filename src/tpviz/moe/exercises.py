@@ -17,6 +17,7 @@ from tpviz.core.exercises import (
     call,
     checker,
     expect_array,
+    expect_bytes,
     expect_number,
     mesh_1d,
 )
@@ -193,7 +194,7 @@ def check_all_to_all_bytes(answer) -> str:
         raise Wrong("that counts 4 bytes per element.", "bf16 is 2 bytes.")
     if answer == e * capacity(s, e, k, 1.0) * h * 2 * (n - 1) // n:
         raise Wrong("that leaves out the capacity factor.", "The buffer holds C slots per expert.")
-    expect_number(answer, Collective("all-to-all", buffer, n).sent_bytes,
+    expect_bytes(answer, Collective("all-to-all", buffer, n).sent_bytes,
                   hint="Buffer [E, C, H]; a device keeps 1/N of it and sends the rest.")
     return (f"{buffer * (n - 1) // n / 2**20:.0f} MiB per all-to-all; 4 per training step: "
             "dispatch and combine, forward and backward.")

@@ -187,8 +187,9 @@ def aux_loss(probs: np.ndarray, experts: np.ndarray, weight: float = 0.01) -> fl
 
     ``f_i``: the fraction of the T·k token-choices routed to expert i (before dropping; for k = 1
     Switch's fraction of tokens), so Σ f_i = 1; ``P_i``: the router's mean probability for
-    expert i. A uniform router and load give λ, its minimum. With k = 1, all tokens on one
-    expert give λ·E, the maximum; with top-k each expert holds at most 1/k of the choices
+    expert i. A uniform load (or uniform probabilities) gives λ; it is not a strict minimum (f
+    and P can pull apart: E = 3, k = 1 reaches 0.75·λ). With k = 1, all tokens on one expert
+    give λ·E, the maximum; with top-k each expert holds at most 1/k of the choices
     (f_i ≤ 1/k), so the maximum is lower. Some libraries (Hugging Face's Mixtral) count f_i as
     a fraction of the tokens instead, Σ f_i = k, which multiplies the loss by k: minimum λ·k.
     """

@@ -11,9 +11,10 @@ from matplotlib.figure import Figure
 from tpviz.core.figures import palette, text_colour
 from tpviz.core.live import FONT, OUTLINE, PLOT_PX, Grid, LiveFigure, notes
 from tpviz.core.widgets import Controls, Live, live
+from tpviz.pipeline.bubbles import bubble_formula
 from tpviz.pipeline.draw import gantt
 from tpviz.pipeline.plan import NAMES, schedule
-from tpviz.pipeline.simulate import bubble_formula, simulate
+from tpviz.pipeline.simulate import simulate
 
 
 def render_pipeline(name: str, stages: int, microbatches: int, chunks: int,

@@ -1,147 +1,24 @@
 """Pipeline plans: which op each device runs, in which order, and balanced stages (no devices).
 
-A model of ``stages * chunks`` chunks runs on ``stages`` devices; chunk ``s`` lives on device
-``s % stages``. Each device runs an ordered list of ops: ``F`` (forward of one microbatch through
-one chunk), ``B`` (its backward; in ``zb-h1`` only the input-gradient part) and ``W`` (the
-weight-gradient part, split off by zero-bubble schedules).
+``schedule(name, stages, microbatches)`` picks an order: chapter 7's from
+:mod:`tpviz.pipeline.orders`, chapter 8's from :mod:`tpviz.pipeline.zoo`; the types (``Op``,
+``Schedule``) live in :mod:`tpviz.pipeline.ops`. Each module sits above what it uses: ops <-
+orders <- zbv <- zoo <- plan.
 """
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import accumulate
-from operator import itemgetter
-from typing import NamedTuple
 
 from tpviz.core import validate
 from tpviz.errors import ArgumentTypeError, ScheduleError
+from tpviz.pipeline import orders, zoo
+from tpviz.pipeline.ops import Op, Schedule, no_gc
 
-
-class Op(NamedTuple):  # a tuple: cheap to build by the hundred thousand, and hashable
-    kind: str  # "F", "B" or "W"
-    microbatch: int  # 0-based
-    chunk: int  # 0-based model chunk over all stages * chunks chunks; on device chunk % stages
-
-    @property
-    def stage(self) -> int:
-        """The chunk's index (the name of earlier versions; a stage is a device)."""
-        return self.chunk
-
-
-@dataclass(frozen=True)
-class Schedule:
-    name: str
-    stages: int  # devices
-    microbatches: int
-    chunks: int  # model chunks per device
-    ops: tuple[tuple[Op, ...], ...]  # ops[d]: device d's ops in order
-    placement: str = "loop"  # "loop": chunk c on device c % p; "v"; "bidirectional"
-    #: paired[d]: indices i where ops[d][i] (an F) and ops[d][i+1] (a backward) are one
-    #: overlapped F&B op (DualPipe): it starts when both inputs are ready; () for none
-    paired: tuple[frozenset[int], ...] = ()
-
-    @cached_property
-    def has_weight_ops(self) -> bool:
-        """Whether the backward pass is split into B (input gradient) and W (weight gradient)."""
-        return any("W" in set(map(itemgetter(0), ops)) for ops in self.ops)
-
-    def device(self, microbatch: int, chunk: int) -> int:
-        """The device that runs ``chunk`` for ``microbatch``: ``c % p`` ("loop"); ``c`` or
-        ``2p-1-c`` ("v", ZB-V and DualPipeV); ``c`` for the first half of the microbatches and
-        ``p-1-c`` for the second ("bidirectional", Chimera and DualPipe)."""
-        p = self.stages
-        if self.placement == "v":
-            return chunk if chunk < p else 2 * p - 1 - chunk
-        if self.placement == "bidirectional":
-            return chunk if microbatch < self.microbatches // 2 else p - 1 - chunk
-        return chunk % p
-
-
-def _naive(p: int, m: int) -> list[list[Op]]:
-    """One microbatch at a time, all the way forward and back: no two devices ever overlap."""
-    return [[op for i in range(m) for op in (Op("F", i, d), Op("B", i, d))] for d in range(p)]
-
-
-def _gpipe(p: int, m: int) -> list[list[Op]]:
-    """All forwards, then all backwards (GPipe): m microbatches of activations held per device."""
-    return [[Op("F", i, d) for i in range(m)] + [Op("B", i, d) for i in range(m)]
-            for d in range(p)]
-
-
-def _one_f_one_b(p: int, m: int) -> list[list[Op]]:
-    """1F1B (PipeDream-Flush): p - d - 1 warm-up forwards, then alternate F and B, then drain."""
-    ops = []
-    for d in range(p):
-        warmup = min(p - d - 1, m)
-        f = [Op("F", i, d) for i in range(m)]
-        b = [Op("B", i, d) for i in range(m)]
-        ops.append(f[:warmup] + _alternate(f[warmup:], b[:m - warmup]) + b[m - warmup:])
-    return ops
-
-
-def _interleaved(p: int, m: int, v: int) -> list[list[Op]]:
-    """Megatron-LM's interleaved 1F1B: each device holds v chunks; microbatches go in groups of p.
-
-    The k-th forward of a device is microbatch ``(k // (p v)) p + k % p`` through its chunk
-    ``(k // p) % v``; backwards run the chunks in reverse. Device d warms up with
-    ``2 (p - d - 1) + (v - 1) p`` forwards (the order of Megatron-LM and of PyTorch's
-    ``ScheduleInterleaved1F1B``).
-    """
-    total = m * v
-    # (microbatch, chunk) of the k-th forward and the k-th backward: the same on every device
-    fwd = [((k // (p * v)) * p + k % p, (k // p) % v) for k in range(total)]
-    bwd = [(mb, v - 1 - c) for mb, c in fwd]
-    new = tuple.__new__  # building Op through tuple.__new__ is several times faster
-    ops = []
-    for d in range(p):
-        f = [new(Op, ("F", mb, c * p + d)) for mb, c in fwd]
-        b = [new(Op, ("B", mb, c * p + d)) for mb, c in bwd]
-        warmup = min(2 * (p - d - 1) + (v - 1) * p, total)
-        ops.append(f[:warmup] + _alternate(f[warmup:], b[:total - warmup]) + b[total - warmup:])
-    return ops
-
-
-def _alternate(first: list, second: list) -> list:
-    """[a0, b0, a1, b1, ...] for two lists of the same length (slice assignment: fast)."""
-    out = [None] * (2 * len(first))
-    out[::2], out[1::2] = first, second
-    return out
-
-
-def _zb_h1(p: int, m: int) -> list[list[Op]]:
-    """ZB-H1 (zero bubble, the peak memory of 1F1B): 1F1B's order of F and B (input gradients), with
-    each weight-gradient W deferred to fill what would be idle time: device d holds back its
-    first d W's and runs them in the drain, where 1F1B waits."""
-    ops = []
-    for seq in _one_f_one_b(p, m):
-        d = seq[0].chunk
-        out, pending = [], []
-        for op in seq:
-            out.append(op)
-            if op.kind == "B":
-                pending.append(Op("W", op.microbatch, d))
-                if len(pending) > d:  # keep d W's in reserve for the drain
-                    out.append(pending.pop(0))
-        out += pending
-        ops.append(out)
-    return ops
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building hundreds of thousands of small tuples
-    (none of them in a cycle): at 64 x 1024 x 4 it would otherwise run thousands of times."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+__all__ = ["MAX_OPS", "NAMES", "ZOO", "Op", "Partition", "Schedule", "balance", "chimera",
+           "no_gc", "schedule"]
 
 
 NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")  # chapter 7
@@ -191,19 +68,36 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
             f"{(microbatches // stages + 1) * stages}."
         )
     if name in ZOO:
-        from tpviz.pipeline import zoo  # the zoo builds on this module's 1F1B
-
         with no_gc():
-            ops = zoo.build(name, stages, microbatches, _one_f_one_b)
+            ops = zoo.build(name, stages, microbatches)
             pairs = zoo.paired(name, ops)
-            ops = tuple(tuple(Op(*op) for op in row) for row in ops)
+            ops = tuple(tuple(Op(*op) for op in row) if pairs else tuple(row) for row in ops)
         return Schedule(name, stages, microbatches, zoo.CHUNKS.get(name, 1), ops,
                         zoo.PLACEMENT.get(name, "loop"), pairs)
-    build = {"naive": _naive, "gpipe": _gpipe, "1f1b": _one_f_one_b, "zb-h1": _zb_h1}
+    build = {"naive": orders.naive, "gpipe": orders.gpipe, "1f1b": orders.one_f_one_b,
+             "zb-h1": orders.zb_h1}
     with no_gc():
-        ops = (_interleaved(stages, microbatches, chunks) if name == "interleaved"
+        ops = (orders.interleaved(stages, microbatches, chunks) if name == "interleaved"
                else build[name](stages, microbatches))
     return Schedule(name, stages, microbatches, chunks, tuple(tuple(o) for o in ops))
+
+
+def chimera(stages: int, microbatches: int, backward_ticks: int = 1) -> Schedule:
+    """Chimera's op order built in lock step for a backward ``backward_ticks`` times as long
+    as a forward. ``backward_ticks=1`` is ``schedule("chimera", ...)``, Li & Hoefler's order
+    for t_F = t_B; with 2 the devices run the next units' forwards in the gaps a longer
+    backward leaves (tpviz's greedy order, not the paper's forward doubling).
+
+    Raises:
+        ScheduleError: what ``schedule("chimera", ...)`` refuses, or backward_ticks outside 1..4.
+    """
+    stages, microbatches = (validate.integer(label, value, error=ScheduleError)
+                            for label, value in (("stages", stages),
+                                                 ("microbatches", microbatches)))
+    ticks = validate.integer("backward_ticks", backward_ticks, maximum=4, error=ScheduleError)
+    with no_gc():
+        ops = tuple(map(tuple, zoo.build("chimera", stages, microbatches, ticks)))
+    return Schedule("chimera", stages, microbatches, 1, ops, "bidirectional")
 
 
 # --- balanced stages ----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from operator import itemgetter
 from tpviz.core import validate
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import versions as _versions
-from tpviz.pipeline.plan import Op, Schedule, no_gc
+from tpviz.pipeline.ops import Op, Schedule, no_gc
+from tpviz.pipeline.plan import schedule as _schedule
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Timeline:
     versions: tuple[tuple[int, ...], ...] = ()  # versions[d][i]: weight version op i reads
     staleness: tuple[int, ...] = ()  # per device (stage): most updates a gradient is behind
     weight_copies: tuple[float, ...] = ()  # per device: versions kept x stages held
+    stage_costs: tuple[float, ...] = ()  # per device: its ops take durations x this (() = 1)
 
     @property
     def steady_bubble(self) -> float:
@@ -47,14 +49,14 @@ class Timeline:
 
     def spans(self, device: int) -> list[tuple[Op, float, float]]:
         """(op, start, end) of every op of one device, in order."""
-        ops = self.schedule.ops[device]
-        return [(op, s, s + self.durations[op.kind])
+        ops, k = self.schedule.ops[device], self.stage_costs[device] if self.stage_costs else 1
+        return [(op, s, s + k * self.durations[op.kind])
                 for op, s in zip(ops, self.starts[device], strict=True)]
 
 
 def simulate(sched: Schedule, t_f: float | None = None, t_b: float | None = None,
              t_w: float | None = None, *, p2p: float = 0.0, forward: float | None = None,
-             backward: float | None = None) -> Timeline:
+             backward: float | None = None, stage_costs=None) -> Timeline:
     """Run the schedule on ideal devices.
 
     Args:
@@ -65,6 +67,8 @@ def simulate(sched: Schedule, t_f: float | None = None, t_b: float | None = None
             part B alone.
         t_w: the weight-gradient part W (Qi et al.'s T_W); an unsplit backward takes t_b + t_w.
         p2p: time to send an activation or a gradient to another device.
+        stage_costs: per device, a factor on the time of its ops (an unbalanced split: stage
+            costs 6, 3, 3, 4); the default, all 1.
 
     Raises:
         ScheduleError: the op order deadlocks (an op waits for one that can never run).
@@ -80,8 +84,17 @@ def simulate(sched: Schedule, t_f: float | None = None, t_b: float | None = None
     backward = validate.number("backward", backward, positive=True)
     p2p = validate.number("p2p", p2p, minimum=0.0)
     costs = _costs(sched, forward, backward, t_w)
+    scale = None if stage_costs is None else _stage_costs(stage_costs, sched.stages)
     with no_gc():
-        return _simulate(sched, costs, p2p)
+        return _simulate(sched, costs, p2p, scale=scale)
+
+
+def _stage_costs(costs, stages: int) -> tuple[float, ...]:
+    if isinstance(costs, str) or not hasattr(costs, "__len__") or len(costs) != stages:
+        raise ScheduleError(f"stage_costs must hold one cost per device ({stages}), such as "
+                            f"{[1] * stages}; got {costs!r}.")
+    return tuple(validate.number(f"stage_costs[{d}]", c, positive=True)
+                 for d, c in enumerate(costs))
 
 
 def _costs(sched: Schedule, forward: float, backward: float, t_w) -> dict[str, float]:
@@ -136,8 +149,6 @@ def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
                            validate.number("t_b", t_b, positive=True), t_w)
     m = sched.microbatches
     if sched.name in _versions.STASH:  # a stream, no flush at all
-        from tpviz.pipeline.plan import schedule as _schedule
-
         ops = _schedule(sched.name, sched.stages, steps * m).ops
     else:
         ops = tuple(tuple(Op(k, j * m + i, c) for j in range(steps) for k, i, c in row)
@@ -158,7 +169,8 @@ def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
     return SteadyState(sched, steps, period, work, 1 - work / (sched.stages * period), t)
 
 
-def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 1) -> Timeline:
+def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 1,
+              scale: tuple[float, ...] | None = None) -> Timeline:
     p, v = sched.stages, sched.chunks
     n = p * v  # chunks in the model
     last, m, device = n - 1, sched.microbatches, sched.device
@@ -189,12 +201,12 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
     while queue:
         d = queue.popleft()
         t, row, op = free[d], starts[d], held[d]
-        append = row.append
+        append, k = row.append, scale[d] if scale else 1.0
         for op in rest[d] if op is None else chain((op,), rest[d]):  # noqa: B020
             kind, mb, st = op
             here = mb * n + st
             if kind == "F":
-                out, woken, c = fin_f, wait_f, cost_f
+                out, woken, c = fin_f, wait_f, cost_f * k
                 if st:
                     ready = fin_f[here - 1]
                     if ready < 0.0:
@@ -212,10 +224,10 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
                     held[d] = op
                     break
                 append(t)
-                t += cost_w
+                t += cost_w * k
                 continue
             else:  # B or BW
-                out, woken, c = fin_b, wait_b, cost_b if kind == "B" else cost_bw
+                out, woken, c = fin_b, wait_b, (cost_b if kind == "B" else cost_bw) * k
                 ready = backward_input(mb, st, d)
                 if ready < 0.0:
                     held[d] = op
@@ -243,20 +255,23 @@ def _simulate(sched: Schedule, cost: dict[str, float], p2p: float, steps: int = 
         op = held[stuck[0]]
         raise ScheduleError(f"the schedule deadlocks: device {stuck[0]} waits forever at {op}.")
     makespan = max(free)
-    busy = sum(sum(map(cost.__getitem__, map(itemgetter(0), ops))) for ops in sched.ops)
+    busy = sum((scale[d] if scale else 1.0) * sum(map(cost.__getitem__, map(itemgetter(0), ops)))
+               for d, ops in enumerate(sched.ops))
     starts = tuple(tuple(r) for r in starts)
     if steps > 1:  # steady_state: the times are what it needs
         return Timeline(sched, starts, dict(cost), makespan, 1 - busy / (p * makespan), ())
     if sched.name in _versions.STASH:
-        ends = [[s + cost[op[0]] for op, s in zip(ops, row, strict=True)]
-                for ops, row in zip(sched.ops, starts, strict=True)]
+        ends = [[s + (scale[d] if scale else 1.0) * cost[op[0]]
+                 for op, s in zip(ops, row, strict=True)]
+                for d, (ops, row) in enumerate(zip(sched.ops, starts, strict=True))]
         read = _versions.read(sched, starts, ends)
     else:  # synchronous: every op reads version 0 (cheap for a million ops)
         read = tuple((0,) * len(ops) for ops in sched.ops)
     split = sched.has_weight_ops
     return Timeline(sched, starts, dict(cost), makespan,
                     1 - busy / (p * makespan), tuple(_peak(ops, split) for ops in sched.ops),
-                    read, _versions.staleness(sched, read), _versions.copies(sched, read))
+                    read, _versions.staleness(sched, read), _versions.copies(sched, read),
+                    scale or ())
 
 
 def releasing_kind(split: bool) -> str:
@@ -269,31 +284,3 @@ def _peak(ops, split: bool) -> int:
     """Most microbatches whose activations a device holds: +1 at F, -1 at the releasing op."""
     step = {"F": 1, releasing_kind(split): -1, "BW": -1}
     return max(0, max(accumulate(map(step.get, map(itemgetter(0), ops), repeat(0))), default=0))
-
-
-def bubble_formula(name: str, stages: int, microbatches: int, chunks: int = 1,
-                   forward: float = 1.0, backward: float = 2.0) -> tuple[float, str]:
-    """The papers' bubble fraction (idle / total device-time) and the formula, as text.
-
-    naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1) (GPipe; PipeDream-Flush); interleaved
-    (p-1)/(v m + p-1) (Megatron-LM: (p-1)/(v m) of the ideal time); ZB-H1 with m >= p:
-    (p-1) t_F / (m (t_F+t_B+t_W) + (p-1) t_F), where ``backward`` = t_B + t_W, split in halves.
-    Qi et al. derive the ZB-H1 idle time (p-1) t_F for t_F = t_B = t_W (their general estimate is
-    (p-1)(t_F + t_B - t_W)); with a longer backward the simulator finds more, (p-1) t_B.
-    """
-    name = validate.choice("name", name, ("naive", "gpipe", "1f1b", "interleaved", "zb-h1"))
-    p, m, v = (validate.integer(label, value) for label, value in (
-        ("stages", stages), ("microbatches", microbatches), ("chunks", chunks)))
-    f = validate.number("forward", forward, positive=True)
-    b = validate.number("backward", backward, positive=True)
-    if name == "naive":
-        return (p - 1) / p, "(p−1)/p"
-    if name in ("gpipe", "1f1b"):
-        return (p - 1) / (m + p - 1), "(p−1)/(m+p−1)"
-    if name == "interleaved":
-        return (p - 1) / (v * m + p - 1), "(p−1)/(v·m+p−1)"
-    if name == "zb-h1" and m >= p:
-        return (p - 1) * f / (m * (f + b) + (p - 1) * f), "(p−1)t_F/(m(t_F+t_B+t_W)+(p−1)t_F)"
-    if name == "zb-h1":
-        return float("nan"), "(ZB-H1 formula needs m ≥ p)"
-    raise ScheduleError(f"no bubble formula for {name!r}.")

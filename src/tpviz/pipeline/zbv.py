@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import deque
 
 from tpviz.errors import ScheduleError
-from tpviz.pipeline.plan import Op
+from tpviz.pipeline.ops import Op
 
 
 def min_microbatches(p: int) -> int:

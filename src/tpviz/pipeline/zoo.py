@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections import deque
 
 from tpviz.errors import ScheduleError
-from tpviz.pipeline.plan import Op
+from tpviz.pipeline.ops import Op
+from tpviz.pipeline.orders import one_f_one_b
 from tpviz.pipeline.zbv import min_microbatches, zbv
 
 SYNC = ("chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev")
@@ -64,13 +65,14 @@ def needs(name: str, p: int, m: int) -> None:
                             "(deepseek-ai/DualPipe's own condition).")
 
 
-def build(name: str, p: int, m: int, one_f_one_b) -> list[list[Op]]:
-    """Every device's ops for schedule ``name`` (checked by :func:`needs` first)."""
+def build(name: str, p: int, m: int, backward_ticks: int = 1) -> list[list[Op]]:
+    """Every device's ops for schedule ``name`` (checked by :func:`needs` first);
+    ``backward_ticks``: Chimera's order built for a backward that many forwards long."""
     needs(name, p, m)
     if name in ASYNC:
         return one_f_one_b(p, m)
     if name == "chimera":
-        return _chimera(p, m)
+        return _chimera(p, m, backward_ticks)
     if name == "zb-h2":
         return _zb_h2(p, m)
     if name == "zb-v":
@@ -78,40 +80,50 @@ def build(name: str, p: int, m: int, one_f_one_b) -> list[list[Op]]:
     return _dualpipe(p, m, v_shape=name == "dualpipev")
 
 
-def _chimera(p: int, m: int) -> list[list[Op]]:
+def _chimera(p: int, m: int, backward_ticks: int = 1) -> list[list[Op]]:
     """Chimera with Li & Hoefler's direct concatenation: microbatches ``0 … m/2-1`` go down,
     ``m/2 … m-1`` up, and the basic units (p/2 each way) follow each other with the next
-    unit's forwards filling the previous unit's tail. In lock step with t_F = t_B, a device
-    runs a ready B first (the lowest chunk first), else a ready F (the chunk furthest along
-    first, then the earliest microbatch of its direction)."""
-    half = m // 2
+    unit's forwards filling the previous unit's tail. In lock step (a forward one tick, a
+    backward ``backward_ticks``; the paper's order is 1), a free device runs a ready B first
+    (the lowest chunk first), else a ready F (the chunk furthest along first, then the
+    earliest microbatch of its direction)."""
+    half, never = m // 2, 1 << 62
     chunks = [(d, p - 1 - d) for d in range(p)]  # (downward chunk, upward chunk) per device
+    end_f = [[never] * p for _ in range(m)]  # end_f[i][c]: tick F of (i, c) has ended
+    end_b = [[never] * p for _ in range(m)]
     next_f = [[0, half] for _ in range(p)]  # next microbatch of each direction
-    waiting_b: list[list[Op]] = [[] for _ in range(p)]  # B's whose F has run
+    waiting_b: list[list[tuple[int, int]]] = [[] for _ in range(p)]  # B's whose F has run
     out: list[list[Op]] = [[] for _ in range(p)]
-    done: dict[Op, int] = {}
-    t = 0
-    while any(len(ops) < 2 * m for ops in out):
-        ran = []
+    free, left, t = [0] * p, 2 * m * p, 0
+    while left:
         for d in range(p):
-            ready = [op for op in waiting_b[d] if done.get(_needs(op, p), t) < t]
-            for k, c in enumerate(chunks[d]):
-                mb = next_f[d][k]
-                op = Op("F", mb, c)
-                if mb < (half, m)[k] and (c == 0 or done.get(_needs(op, p), t) < t):
-                    ready.append(op)
-            if ready:
-                ran.append((d, min(ready, key=lambda o: (
-                    o.kind != "B", o.chunk if o.kind == "B" else -o.chunk,
-                    o.microbatch % half))))
-        for d, op in ran:
-            out[d].append(op)
-            done[op] = t
-            if op.kind == "F":
-                next_f[d][op.chunk != chunks[d][0]] += 1
-                waiting_b[d].append(Op("B", op.microbatch, op.chunk))
+            if free[d] > t:
+                continue
+            best = None  # (key, kind, microbatch, chunk)
+            for i, c in waiting_b[d]:
+                if (end_b[i][c + 1] if c < p - 1 else end_f[i][c]) <= t:
+                    key = (c, i % half)
+                    if best is None or key < best[0]:
+                        best = (key, "B", i, c)
+            if best is None:
+                for k, c in enumerate(chunks[d]):
+                    i = next_f[d][k]
+                    if i < (half, m)[k] and (c == 0 or end_f[i][c - 1] <= t):
+                        key = (-c, i % half)
+                        if best is None or key < best[0]:
+                            best = (key, "F", i, c)
+            if best is None:
+                continue
+            _, kind, i, c = best
+            out[d].append(Op(kind, i, c))
+            left -= 1
+            if kind == "F":
+                free[d] = end_f[i][c] = t + 1
+                next_f[d][c != chunks[d][0]] += 1
+                waiting_b[d].append((i, c))
             else:
-                waiting_b[d].remove(op)
+                free[d] = end_b[i][c] = t + backward_ticks
+                waiting_b[d].remove((i, c))
         t += 1
     return out
 
@@ -208,8 +220,12 @@ def _dualpipe_rank(rank: int, ranks: int, h: int, count: int, phases) -> list[Op
         f(0), f(1)
     for _ in range(ranks - h - 1):  # step 3: nB1W1F1 (zero bubble)
         b(1, True), w(), f(1)
-    for _ in range(count - 2 * ranks + h + 1):  # step 4: nF0B1F1B0
-        fb(0, 1), fb(1, 0)
+    for i in range(count - 2 * ranks + h + 1):  # step 4: nF0B1F1B0
+        if i == 0 and h == ranks - 1:  # the middle rank(s): F and B apart, "to further
+            f(0), b(1)  # reduce bubble size" (DualPipe.step; DualPipeV: the last rank)
+        else:
+            fb(0, 1)
+        fb(1, 0)
     for _ in range(ranks - h - 1):  # step 5: nB1F1B0
         b(1), fb(1, 0)
     zb = False

@@ -28,8 +28,14 @@ from tpviz.together.run import (
     train_step,
 )
 
-POLICIES = {"none": None, "full": None,
-            "dots saved": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+_P = jax.checkpoint_policies
+# measure_remat's modes: no jax.checkpoint ("none"), or jax.checkpoint with a policy (the keys
+# of tpviz.together.memory.CHECKPOINT_POLICIES, and "everything", which saves all it can)
+POLICIES = {"none": None, "everything": _P.everything_saveable, "full": _P.nothing_saveable,
+            "big matmuls": _P.save_only_these_names("mlp_in"),
+            "dots, no batch dims": _P.dots_with_no_batch_dims_saveable,
+            "dots": _P.dots_saveable}
+POLICIES["dots saved"] = POLICIES["dots, no batch dims"]  # the earlier name
 
 
 def by_axis(collectives, mesh) -> dict[str, Collectives]:
@@ -119,8 +125,13 @@ def measure_remat(cfg: Config, mode: str = "none") -> dict[str, float]:
     ``bytes``, the temp bytes each layer adds (programs of L and 2L layers, the difference over
     L: what a layer saves for the backward pass), and ``flops``, the ``cost_analysis`` FLOPs of
     the 2L-layer program, in which the loop body (one layer) counts once: the difference
-    between two modes is the recomputation of one layer. ``mode``: "none", "full"
-    (``jax.checkpoint``) or "dots saved" (the policy that keeps matmul outputs)."""
+    between two modes is the recomputation of one layer. ``mode``: "none" (no
+    ``jax.checkpoint``) or a key of :data:`POLICIES` (``jax.checkpoint`` with that policy:
+    "full" keeps the layer input only; "big matmuls", "dots, no batch dims", "dots" and
+    "everything" keep more)."""
+    from tpviz.core import validate
+
+    mode = validate.choice("mode", mode, POLICIES)
     remat, policy = mode != "none", POLICIES[mode]
     temps, flops = [], 0.0
     for layers in (cfg.layers, 2 * cfg.layers):

@@ -11,6 +11,7 @@ from tpviz.core.exercises import (
     as_integer,
     as_number,
     checker,
+    expect_bytes,
     expect_number,
     only_keys,
 )
@@ -32,7 +33,7 @@ def check_layer_activations(answer) -> str:
                     "the dropped-out probabilities are a·s² per sequence each.")
     if got == 2 * activation_bytes(S, B, H, A):
         raise Wrong("that counts 4 bytes per activation.", "Activations are 16-bit.")
-    expect_number(got, activation_bytes(S, B, H, A), hint="sbh·(34 + 5as/h).")
+    expect_bytes(got, activation_bytes(S, B, H, A), hint="sbh·(34 + 5as/h).")
     return f"{got / 2**30:.1f} GiB per layer: the a·s² term is {5 * A * S / H:.0f}·sbh of it."
 
 
@@ -50,7 +51,7 @@ def check_selective_saving(answer) -> str:
                     "the 34·sbh/t and recomputes the rest.")
     want = activation_bytes(S, B, H, A, 8, True) - activation_bytes(S, B, H, A, 8, True,
                                                                       "selective")
-    expect_number(got, want, hint="The term that grows with s²: 5as²b/t.")
+    expect_bytes(got, want, hint="The term that grows with s²: 5as²b/t.")
     return f"{want / 2**30:.2f} GiB per layer: {want / activation_bytes(S, B, H, A, 8, True):.0%}."
 
 
@@ -102,7 +103,7 @@ def check_first_stage(answer) -> str:
     if math.isclose(got, per * layers * (p - 1)):
         raise Wrong("that is one microbatch short.", "1F1B's first stage runs p forward "
                     "passes before its first backward pass.")
-    expect_number(got, want, hint="Count the layers of one stage and the microbatches it "
+    expect_bytes(got, want, hint="Count the layers of one stage and the microbatches it "
                   "holds at its peak.")
     return f"{want / 2**30:.1f} GiB: the same as one microbatch through all 96 layers."
 

@@ -92,3 +92,50 @@ def activation_bytes(seq: int, batch: int, hidden: int, heads: int, tensor: int 
     linear = sbh * (split / t if sp else whole + (split - whole) / t)
     core = sum(TERMS["attention core (a·s²·b)"].values()) * a * s * s * b / t  # 5as²b/t
     return linear + (0 if recompute == "selective" else core)
+
+
+# --- jax.checkpoint policies on chapter 11's GPT layer (one device, no dropout) -----------------
+
+# policy name -> what the backward pass keeps of one layer, in values per token: the layer's
+# input always (H); then, for JAX's policies (jax.checkpoint_policies), the outputs it may save
+# that some backward rule needs. W2's output is saved by none: no rule needs it.
+CHECKPOINT_POLICIES = {
+    "full": "nothing_saveable: the layer input only",
+    "big matmuls": "save_only_these_names('mlp_in'): the input and the MLP's first matmul "
+                   "(F wide; 2F with a gated MLP): the Scaling Book's checkpoints after the big "
+                   "matmuls, 2·L·B·(D + 2F) bytes in bf16 for a gated MLP",
+    "dots, no batch dims": "dots_with_no_batch_dims_saveable: also Q, K, V and W_O's output "
+                           "(every linear layer's output)",
+    "dots": "dots_saveable: also the attention scores (n_h·S per token) and the attention "
+            "output before W_O (einsums with batch dimensions)",
+}
+
+
+def policy_values(policy: str, hidden: int, heads: int, seq: int, ffn: int | None = None,
+                  gated: bool = False) -> int:
+    """Values per token one layer keeps for its backward pass under ``policy`` (a key of
+    :data:`CHECKPOINT_POLICIES`), a model: H for "full"; H + F for "big matmuls"; 5H + F for
+    "dots, no batch dims"; 6H + F + n_h·S for "dots" (F → 2F with a gated MLP, whose two
+    F-wide matmuls are both kept). The compiled program keeps exactly these on one device
+    (:func:`tpviz.together.check.measure_remat`)."""
+    policy = validate.choice("policy", policy, CHECKPOINT_POLICIES)
+    h, a, s = (validate.integer(n, v) for n, v in (("hidden", hidden), ("heads", heads),
+                                                    ("seq", seq)))
+    f = (2 if validate.flag("gated", gated) else 1) * validate.integer("ffn", ffn or 4 * h)
+    return {"full": h, "big matmuls": h + f, "dots, no batch dims": 5 * h + f,
+            "dots": 6 * h + f + a * s}[policy]
+
+
+def policy_recompute_flops(policy: str, hidden: int, heads: int, seq: int,
+                           ffn: int | None = None) -> int:
+    """Matmul FLOPs per token one layer recomputes in the backward pass under ``policy`` (a
+    model; element-wise work left out): "full" every forward matmul but W2's (whose output no
+    rule needs), 8H² + 4SH + 2HF; "big matmuls" the attention's, 8H² + 4SH; "dots, no batch
+    dims" the scores and their product with V, 4SH; "dots" none."""
+    policy = validate.choice("policy", policy, CHECKPOINT_POLICIES)
+    h, s = validate.integer("hidden", hidden), validate.integer("seq", seq)
+    validate.integer("heads", heads)
+    f = validate.integer("ffn", ffn or 4 * h)
+    return {"full": 8 * h * h + 4 * s * h + 2 * h * f, "big matmuls": 8 * h * h + 4 * s * h,
+            "dots, no batch dims": 4 * s * h, "dots": 0}[policy]
+

@@ -12,6 +12,7 @@ from tpviz.core.exercises import (
     as_number,
     checker,
     expect_array,
+    expect_bytes,
     expect_number,
     mesh_1d,
 )
@@ -50,7 +51,7 @@ def check_fewest_devices(answer) -> str:
                     "Round up: 2Ψ + 14Ψ/N <= 40 GB.")
     if answer > want:
         raise Wrong(f"{answer} devices work, but fewer do too.", "Solve 2Ψ + 14Ψ/N <= 40 GB.")
-    expect_number(answer, want, hint="Solve 26 GB + 182 GB / N <= 40 GB for the smallest N.")
+    expect_bytes(answer, want, hint="Solve 26 GB + 182 GB / N <= 40 GB for the smallest N.")
     return f"{want} devices: {memory(13e9, want, 2).total / 1e9:.1f} GB each."
 
 

@@ -2,7 +2,8 @@
 
 Every number cites a key of ``references.bib``. FLOP/s are dense (no structured sparsity).
 TPU numbers are the Scaling Book's TPU table (austin2025scaling, "How to Think About TPUs"),
-which rounds Google Cloud's pages (google2024tpuv5p: 459 TFLOP/s, 95 GiB, 2,765 GB/s); GPU
+which rounds Google Cloud's pages (google2024tpuv5p: 459 TFLOP/s, 95 GiB, 2,765 GB/s;
+google2023tpuv4: 275 TFLOP/s, 32 GiB, 1,200 GB/s); GPU
 numbers are NVIDIA's datasheets (SXM parts).
 """
 
@@ -48,6 +49,9 @@ CHIPS = {c.name: c for c in (
     Chip("TPU v5p", {"bf16": 4.59e14, "int8": 9.18e14}, 96e9, 2.8e12, "austin2025scaling"),
     # v6e (Trillium): 9.2e14 bf16, 1.84e15 int8, 32 GB, 1.6e12 B/s
     Chip("TPU v6e", {"bf16": 9.2e14, "int8": 1.84e15}, 32e9, 1.6e12, "austin2025scaling"),
+    # v4p: 2.75e14 bf16 and int8, 32 GB, 1.2e12 B/s (austin2025scaling; Google's v4 page,
+    # google2023tpuv4: 275 TFLOP/s bf16 or int8, 32 GiB HBM2 at 1,200 GB/s)
+    Chip("TPU v4p", {"bf16": 2.75e14, "int8": 2.75e14}, 32e9, 1.2e12, "austin2025scaling"),
     # H100 SXM datasheet: 989 TFLOP/s dense bf16, 1979 dense fp8, 80 GB HBM3 at 3.35 TB/s
     Chip("H100", {"bf16": 9.89e14, "fp8": 1.979e15}, 80e9, 3.35e12, "nvidia2023h100"),
     # A100 SXM 80GB datasheet: 312 TFLOP/s bf16, 624 int8, 80 GB HBM2e at 2,039 GB/s

@@ -12,9 +12,14 @@ collectives): ``bandwidth_s = V · max over levels of (D - 1)/(D · W_level)`` w
 An all-reduce costs twice that, or with in-network reduction (SHARP: NVLink SHARP inside the
 node, InfiniBand SHARP between) ``V · max(1/W_level)``, without the 2 and the (D - 1)/D. An
 all-to-all: inside a node (k - 1)·V/(n·k·W_nvlink); between nodes the node sends (M - 1)/M of
-its V/M, so (M - 1)·V/(M²·k·W_nic): it does not get cheaper with hierarchy. Latency: the ring
-steps, (k - 1) at α_NVLink and (M - 1) at α_network (twice for an all-reduce; two per level
-with SHARP), per-step latencies of NCCL's ring/LL tuning model (nvidia2023nccl).
+its V/M, so (M - 1)·V/(M²·k·W_nic): it does not get cheaper with hierarchy. Latency, from
+NCCL's tuning model for its ring algorithm and low-latency (LL) protocol, the one NCCL picks
+for the small messages where latency matters (nvidia2023nccl, ``src/graph/tuning.cc``): a base
+latency per collective (``baseLat``, 6.6 µs) plus the ring steps, (k - 1) at α_NVLink (0.6 µs)
+and (M - 1) at α_network (2.7 µs) (twice for an all-reduce; two per level with SHARP, an
+approximation: NCCL's own NVLink SHARP entries differ). For large messages NCCL switches to its
+Simple protocol (3.4 µs per NVLink step, 14 µs per network step), where the bandwidth term
+dominates anyway. A collective-permute (NCCL send/receive, outside that table) pays one step.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class GpuSystem:
         sharp: in-network reduction (NVLink SHARP and InfiniBand SHARP) on.
         nvlink_latency, network_latency: α per ring step inside a node and between nodes.
         source: ``references.bib`` key of the link numbers.
+        base_latency: the fixed latency of one collective, whatever its steps (NCCL's baseLat).
     """
 
     name: str
@@ -51,6 +57,7 @@ class GpuSystem:
     nvlink_latency: float
     network_latency: float
     source: str
+    base_latency: float = 0.0
 
     @property
     def node_egress(self) -> float:
@@ -58,22 +65,24 @@ class GpuSystem:
         return self.nics_per_node * self.nic
 
 
+NCCL_BASE = 6.6e-6  # NCCL's baseLat of the ring algorithm, LL protocol (nvidia2023nccl)
+
 GPUS = {s.name: s for s in (
     # DGX H100: 8 GPUs, NVLink 4 at 900 GB/s both ways = 450 GB/s each way; 8 ConnectX-7 NICs of
     # 400 Gb/s = 50 GB/s each way (nvidia2023dgxh100, austin2025scaling); α: NCCL ring LL
-    # hwLat 0.6 µs NVLink, 2.7 µs network (nvidia2023nccl)
+    # hwLat 0.6 µs NVLink, 2.7 µs network, baseLat 6.6 µs (nvidia2023nccl)
     GpuSystem("H100", CHIPS["H100"], 8, 4.5e11, 8, 5e10, False, 0.6e-6, 2.7e-6,
-              "nvidia2023dgxh100"),
+              "nvidia2023dgxh100", NCCL_BASE),
     GpuSystem("H100 + SHARP", CHIPS["H100"], 8, 4.5e11, 8, 5e10, True, 0.6e-6, 2.7e-6,
-              "nvidia2023dgxh100"),
+              "nvidia2023dgxh100", NCCL_BASE),
     # DGX A100 (Selene): NVLink 3 at 600 GB/s both ways; 8 HDR NICs of 200 Gb/s = 25 GB/s
     # (narayanan2021megatron)
     GpuSystem("A100", CHIPS["A100"], 8, 3e11, 8, 2.5e10, False, 0.6e-6, 2.7e-6,
-              "narayanan2021megatron"),
+              "narayanan2021megatron", NCCL_BASE),
     # DGX B200: NVLink 5 at 1.8 TB/s both ways = 900 GB/s; 8 NICs of 400 Gb/s
     # (austin2025scaling's NVLink table)
     GpuSystem("B200", CHIPS["B200"], 8, 9e11, 8, 5e10, False, 0.6e-6, 2.7e-6,
-              "austin2025scaling"),
+              "austin2025scaling", NCCL_BASE),
 )}
 
 
@@ -142,7 +151,7 @@ class GpuCluster:
                      nics: twice * (m - 1) / m * v / out if m > 1 else 0.0}
             steps = twice * ((k - 1) * s.nvlink_latency + (m - 1) * s.network_latency)
         link = max(terms, key=terms.get)
-        return Price(kind, v, steps, terms[link], link)
+        return Price(kind, v, s.base_latency + steps, terms[link], link)
 
     def collective_time(self, kind: str, nbytes: float, gpus: int | None = None) -> float:
         """Seconds (latency included) of ``kind`` on V = ``nbytes`` over the first ``gpus``

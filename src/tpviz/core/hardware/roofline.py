@@ -5,7 +5,7 @@ W_hbm and collective bytes / W. Its **arithmetic intensity** is FLOPs per byte; 
 compute-bound when that exceeds the **ridge** C / W of the resource (austin2025scaling,
 "All About Rooflines"). The thresholds below are the Scaling Book's ("How to Parallelize a
 Transformer for Training"), for one MLP block ``In[B, D] · W_in[D, F] · W_out[F, D]`` in bf16,
-forward pass, with α = C / W_ici the ICI intensity (2550 on v5p: 4.59e14 / 1.8e11) and W_ici the
+with α = C / W_ici the ICI intensity (2550 on v5p: 4.59e14 / 1.8e11) and W_ici the
 bidirectional bandwidth of one axis with wraparound (twice one link).
 """
 
@@ -74,9 +74,11 @@ def data_parallel_batch(flops: float, bandwidth: float, axes: int = 1) -> float:
     """Per-device batch (tokens) above which pure data parallelism (and FSDP) is compute-bound:
     ``B/X > C / (W_ici · M_X)``.
 
-    Forward: T_math = 4·B·D·F/(X·C); FSDP gathers both weights, T_comms = 4·D·F/(W·M_X) (data
-    parallelism's all-reduce in the backward pass has the same ratio). T_math > T_comms gives
-    B/X > C/(W·M_X) with M_X the torus axes the data axis spans.
+    Data parallelism communicates in the backward pass only: the all-reduce of both weights'
+    gradients, T_comms = 2·2·2·D·F/(W·M_X), against the backward's T_math = 8·B·D·F/(X·C).
+    FSDP also gathers both weights forward, T_comms = 4·D·F/(W·M_X) against
+    T_math = 4·B·D·F/(X·C): the same ratio. T_math > T_comms gives B/X > C/(W·M_X) with M_X
+    the torus axes the data axis spans.
     """
     return _rate("flops", flops) / (_rate("bandwidth", bandwidth) * _count("axes", axes))
 

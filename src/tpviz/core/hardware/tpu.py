@@ -4,8 +4,8 @@ Per-generation rule for wraparound links (austin2025scaling, "How to Think About
 
 - **v5e, v6e** (one 16×16 pod, no optical switches): an axis has wraparound iff its size is 16
   (an 8×16 slice wraps on its long axis only).
-- **v4, v5p** (4×4×4 cubes joined by optical switches): wraparound on every axis iff the slice is
-  made of whole cubes (every axis a multiple of 4); a 2×2×4 has none.
+- **v4p, v5p** (4×4×4 cubes joined by optical switches): wraparound on every axis iff the slice
+  is made of whole cubes (every axis a multiple of 4); a 2×2×4 has none (google2023tpuv4).
 
 Pricing a collective over ``axes`` of the slice, with V the bytes of the whole array, N the
 devices in the group, and W the ICI bandwidth of one link in one direction (4.5e10 B/s on v5e):
@@ -19,10 +19,20 @@ devices in the group, and W the ICI bandwidth of one link in one direction (4.5e
   of the axis. On a ring each link carries b·S(n)/n each way (:func:`ring_sum`), = V/(8W) for a
   single even axis, the Scaling Book's V / (4 W_bidi): a quarter of an all-gather. On a line the
   middle link carries ⌊n/2⌋⌈n/2⌉ b/n, twice as much.
-- **collective-permute**: nbytes over one link, one hop.
+- **collective-permute**: each message is routed on the torus (:mod:`.route`): it leaves by every
+  port that points towards its target and goes the short way round; the busiest link bounds the
+  bandwidth term, the longest path the hops. :meth:`TpuSlice.send` prices one message (the
+  Scaling Book's TPU{0,0} → TPU{3,3} on a v5e 4×4: two ports, six hops), :meth:`TpuSlice.permute`
+  any set of (source, target) pairs, and ``price("collective-permute", V, axes)`` a cyclic shift
+  by one over the chips of ``axes`` (a ring of ``ppermute``: V bytes from every chip).
 
-Latency: α = 1 µs per hop (the Scaling Book's "typically around 1us"). Between slices (DCN):
-each chip's share of its host's NICs (:attr:`TpuSystem.dcn`).
+Latency: α = 1 µs per hop (the Scaling Book's "typically around 1us"), **added** to the
+bandwidth term (the α–β model, :class:`Price`). Between slices (DCN): each chip's share of its
+host's NICs (:attr:`TpuSystem.dcn`).
+
+A group of chips priced without a slice (``cost.System``) is laid out by
+:meth:`TpuSystem.group`: along one torus axis while it fits (a 4-chip v5e group is a line of 4,
+with no wraparound), then over the next.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from dataclasses import dataclass
 
 from tpviz.core.hardware.chips import CHIPS, Chip
 from tpviz.core.hardware.price import Price, kind_of, ring_sum
+from tpviz.core.hardware.route import coordinates, route, shift_pairs
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,7 @@ class TpuSystem:
         link: ICI bytes/s of one link in one direction.
         hop_latency: α, seconds per ICI hop.
         dcn: DCN bytes/s per chip (egress) between slices.
-        cubes: True for generations built from 4×4×4 cubes with optical switches (v4, v5p).
+        cubes: True for generations built from 4×4×4 cubes with optical switches (v4p, v5p).
         pod: the largest slice shape.
         source: ``references.bib`` key of the network numbers.
     """
@@ -65,13 +76,41 @@ class TpuSystem:
             return tuple(whole and n > 2 for n in shape)
         return tuple(n == 16 for n in shape)
 
+    def group(self, devices: int) -> TpuSlice:
+        """``devices`` chips on their own, as :class:`tpviz.core.cost.System` prices a group:
+        along one torus axis while they fit (a pod axis: 16 on v5e), then over the next, each
+        axis the largest divisor of what is left (v5e: 4 → (4,), 32 → (16, 2); v5p: 64 →
+        (16, 4), 4096 → (16, 16, 16)), with wraparound by the generation's rule.
+
+        Raises:
+            ArgumentError: more chips than a pod holds, or a count no shape of pod axes makes.
+        """
+        from tpviz.core import validate
+        from tpviz.errors import ArgumentError
+
+        n = validate.integer("devices", devices)
+        shape, left = [], n
+        for size in sorted(self.pod, reverse=True):
+            if left == 1:
+                break
+            shape.append(max(k for k in range(1, min(size, left) + 1) if left % k == 0))
+            left //= shape[-1]
+        if left > 1:
+            raise ArgumentError(f"devices = {n} cannot be laid out on a {self.name} pod "
+                                f"{self.pod} (axes of at most {max(self.pod)} chips); use a "
+                                "count that fits, or DCN between slices.")
+        shape = tuple(shape) or (1,)
+        return TpuSlice(self, shape, self.wraparound(shape))
+
 
 TPUS = {s.name: s for s in (
-    # ICI per link and direction, v5e 4.5e10 and v5p/v6e 9e10 B/s; DCN per chip 3.125e9 (v5e),
-    # 6.25e9 (v5p), 1.25e10 (v6e); ~1 µs per hop; pods 16x16 and 16x20x28 (austin2025scaling)
+    # ICI per link and direction, v4p and v5e 4.5e10, v5p/v6e 9e10 B/s; DCN per chip 3.125e9
+    # (v5e), 6.25e9 (v4p, v5p: the book's "typical" figure), 1.25e10 (v6e); ~1 µs per hop; pods
+    # 16x16, 16x16x16 (v4p: 4096 chips, google2023tpuv4) and 16x20x28 (austin2025scaling)
     TpuSystem("TPU v5e", CHIPS["TPU v5e"], 4.5e10, 1e-6, 3.125e9, False, (16, 16)),
     TpuSystem("TPU v5p", CHIPS["TPU v5p"], 9e10, 1e-6, 6.25e9, True, (16, 20, 28)),
     TpuSystem("TPU v6e", CHIPS["TPU v6e"], 9e10, 1e-6, 1.25e10, False, (16, 16)),
+    TpuSystem("TPU v4p", CHIPS["TPU v4p"], 4.5e10, 1e-6, 6.25e9, True, (16, 16, 16)),
 )}
 
 
@@ -119,7 +158,7 @@ class TpuSlice:
             return Price(kind, v, 0.0, 0.0, "none")
         hops = sum(k // 2 if ring else k - 1 for k, ring in zip(sizes, rings, strict=True))
         if kind == "collective-permute":
-            return Price(kind, v, alpha, v / w, where)
+            return self.permute(v, shift_pairs(self.mesh_shape, axes))
         if kind == "all-to-all":
             b = v / n
             loads = [b * ring_sum(k) / k if ring else b * (k // 2) * (k - k // 2) / k
@@ -129,6 +168,52 @@ class TpuSlice:
         once = (n - 1) / n * v / egress
         twice = 2 if kind == "all-reduce" else 1
         return Price(kind, v, twice * hops * alpha, twice * once, where)
+
+    def _chip(self, name: str, chip) -> tuple[int, ...]:
+        from tpviz.core import validate
+        from tpviz.errors import ArgumentError
+
+        if isinstance(chip, int) and not isinstance(chip, bool):
+            index = validate.integer(name, chip, minimum=0, maximum=math.prod(self.mesh_shape) - 1)
+            return coordinates(self.mesh_shape, index)
+        try:
+            at = tuple(validate.integer(name, c, minimum=0) for c in chip)
+        except TypeError:
+            at = ()
+        if len(at) != len(self.mesh_shape) or any(
+                c >= n for c, n in zip(at, self.mesh_shape, strict=True)):
+            raise ArgumentError(f"{name} = {chip!r} is not a chip of the {self.mesh_shape} "
+                                "slice; give its coordinates, e.g. (0, 0), or its index.")
+        return at
+
+    def permute(self, nbytes: float, pairs) -> Price:
+        """A collective-permute: ``nbytes`` from each source to its target at once, ``pairs`` of
+        chips (coordinate tuples or row-major indices), each message routed by :mod:`.route`.
+        Latency: the longest path's hops × α; bandwidth: the busiest link's bytes / W."""
+        from tpviz.core import validate
+        from tpviz.errors import ArgumentTypeError
+
+        v = validate.number("nbytes", nbytes, minimum=0)
+        try:
+            pairs = [tuple(pair) for pair in pairs]
+        except TypeError:
+            pairs = None
+        if pairs is None or any(len(pair) != 2 for pair in pairs):
+            raise ArgumentTypeError("pairs must be (source, target) pairs of chips, e.g. "
+                                    "[((0, 0), (3, 3))].")
+        moves = [(self._chip("source", s), self._chip("target", t)) for s, t in pairs]
+        busiest, hops, ports = route(self.mesh_shape, self.wrap, moves, v)
+        if not hops:
+            return Price("collective-permute", v, 0.0, 0.0, "none")
+        return Price("collective-permute", v, hops * self.system.hop_latency,
+                     busiest / self.system.link,
+                     f"ICI ({hops} hop{'s' * (hops > 1)}, {ports} port{'s' * (ports > 1)})")
+
+    def send(self, nbytes: float, source, target) -> Price:
+        """One message of ``nbytes`` from chip ``source`` to chip ``target``: split over the
+        ports that point towards the target (one per axis where they differ), the short way
+        round. A v5e 4×4 from (0, 0) to (3, 3): two ports, no wraparound, six hops."""
+        return self.permute(nbytes, [(source, target)])
 
     def collective_time(self, kind: str, nbytes: float, axes=None) -> float:
         """Seconds (latency included) of ``kind`` on V = ``nbytes`` over ``axes``."""
@@ -152,7 +237,8 @@ class TpuSlice:
 
 
 def tpu(name: str, mesh_shape, wrap=None) -> TpuSlice:
-    """A slice of TPU generation ``name`` ("TPU v5e", "TPU v5p", "TPU v6e") of ``mesh_shape``,
+    """A slice of TPU generation ``name`` ("TPU v4p", "TPU v5e", "TPU v5p", "TPU v6e") of
+    ``mesh_shape``,
     with wraparound by the generation's rule (or ``wrap``, one bool per axis, to override).
 
     Raises:

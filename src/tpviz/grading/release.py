@@ -1,18 +1,20 @@
-"""A throw-away nbgrader course directory around the book's chapters.
+"""The student version of the chapters, as nbgrader's ``generate_assignment`` releases them.
 
 nbgrader works on a course directory: ``source/<assignment>/<notebook>.ipynb`` (the instructor's
-version), ``release/`` (what students get), ``submitted/<student>/<assignment>/``,
-``autograded/``, ``feedback/`` and a gradebook database. tpviz makes one in a temporary folder,
-one assignment per chapter (named by the chapter's file name, e.g. ``05_zero``), runs nbgrader's
-own commands in it, and copies out only the results, through :func:`tpviz.grading.files.write_all`
-(nothing is written into the book, nothing changed since it was written is overwritten).
+version, with the solutions) and ``release/`` (what students get). tpviz makes one in a temporary
+folder, one assignment per chapter (named by the chapter's file name, e.g. ``05_zero``), runs
+``generate_assignment`` with tpviz's stubs (:mod:`tpviz.grading.nbgrader_plugins`) and copies out
+only the released notebooks, through :func:`tpviz.grading.files.write_all` (nothing is written
+into the book, nothing changed since it was written is overwritten). Grading uses the same
+release (:mod:`tpviz.grading.grade`).
+
+Usage: ``python -m tpviz.grading.release book student [05_zero ...] [--force]``
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
+import atexit
 import os
 import shutil
 import subprocess
@@ -28,7 +30,7 @@ from tpviz.grading.files import check_writable, refuse_inside, write_all
 DEFAULT_TIMEOUT_S = 120  # per cell, while grading; a chapter's slowest cell takes a few seconds
 
 CONFIG = """\
-# Written by tpviz.grading.course for a temporary course directory.
+# Written by tpviz.grading.release for a temporary course directory.
 from tpviz.grading.nbgrader_plugins import configure
 
 c = get_config()  # noqa: F821
@@ -59,87 +61,47 @@ def require_fresh_metadata(paths: Iterable[Path]) -> None:
 
 
 class Course:
-    """A temporary nbgrader course holding the given chapters (``with Course(...) as c``)."""
+    """A temporary nbgrader course holding the given chapters (``with Course(...) as c``): its
+    ``source/`` has the solutions, so it lives in a folder only its owner can read, removed on
+    every way out (an error, Ctrl-C, the end of the process)."""
 
     def __init__(self, chapter_paths: list[Path], *, timeout: int = DEFAULT_TIMEOUT_S):
         require_fresh_metadata(chapter_paths)
         self.chapters = chapter_paths
         self.timeout = timeout
-        self._worker: subprocess.Popen | None = None
 
     def __enter__(self) -> Course:
-        self.root = Path(tempfile.mkdtemp(prefix="tpviz-course-"))
-        (self.root / "nbgrader_config.py").write_text(
-            CONFIG.format(root=str(self.root), timeout=self.timeout))
-        for path in self.chapters:
-            dst = self.root / "source" / path.stem / path.name
-            dst.parent.mkdir(parents=True)
-            shutil.copyfile(path, dst)
-        self.nbgrader("generate_assignment", "*", "--force")  # every chapter at once
+        self.root = Path(tempfile.mkdtemp(prefix="tpviz-course-"))  # mode 0700
+        atexit.register(shutil.rmtree, self.root, ignore_errors=True)
+        try:
+            (self.root / "nbgrader_config.py").write_text(
+                CONFIG.format(root=str(self.root), timeout=self.timeout))
+            for path in self.chapters:
+                dst = self.root / "source" / path.stem / path.name
+                dst.parent.mkdir(parents=True)
+                shutil.copyfile(path, dst)
+            self.nbgrader("generate_assignment", "*", "--force")  # every chapter at once
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop_worker()
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def _stop_worker(self) -> None:
-        worker, self._worker = self._worker, None
-        if worker is None:
-            return
-        with contextlib.suppress(OSError):  # (a worker that died with a request unread)
-            worker.stdin.close()  # the worker's loop ends
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        worker.stdout.close()
 
     def _env(self) -> dict[str, str]:
         # nbgrader calls `alembic` by name: put this Python's scripts first on the PATH
         bindir = str(Path(sys.executable).parent)
-        return {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-                **self.compile_cache()}
-
-    def grade(self, command: str, chapter: str, student: str) -> tuple[bool, str]:
-        """Run nbgrader's ``autograde`` or ``generate_feedback`` for one submission in this
-        course's worker process (:mod:`tpviz.grading.worker`, started on first use): whether it
-        succeeded, and its log. A worker that died is started again for the next call."""
-        if self._worker is None or self._worker.poll() is not None:
-            self._stop_worker()
-            with (self.root / "worker.log").open("ab") as log:  # the child keeps its own
-                self._worker = subprocess.Popen(
-                    [sys.executable, "-m", "tpviz.grading.worker", str(self.root)],
-                    cwd=self.root, env=self._env(), stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=log, text=True)
-        self._worker.stdin.write(json.dumps([command, chapter, student]) + "\n")
-        self._worker.stdin.flush()
-        reply = self._worker.stdout.readline()
-        if not reply:
-            log = (self.root / "worker.log").read_text(errors="replace")[-3000:]
-            return False, f"{log}\nGradingError: the nbgrader worker stopped"
-        answer = json.loads(reply)
-        return answer["success"], answer["log"]
+        return {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
 
     def nbgrader(self, *args: str) -> str:
-        """Run one nbgrader command in the course (``generate_assignment``: grading itself goes
-        through :meth:`grade`); its log in the error if it fails."""
+        """Run one nbgrader command in the course; its log in the error if it fails."""
         run = subprocess.run([sys.executable, "-m", "nbgrader", *args],
                              cwd=self.root, capture_output=True, text=True, env=self._env())
         if run.returncode:
             raise GradingError(f"nbgrader {' '.join(args)} failed:\n"
                                f"{(run.stdout + run.stderr)[-3000:]}")
         return run.stdout + run.stderr
-
-    def compile_cache(self) -> dict[str, str]:
-        """The kernels' environment for JAX's persistent compilation cache, one per course (a
-        grading worker has a course of its own): every submission of a chapter compiles the
-        chapter's own programs again, so from the second submission on they are read from disk
-        (chapter 5: 20 s of cells become 15 s). Keyed by the program, JAX's version and the
-        compile options, so a learner's changed program is compiled anew."""
-        return {"JAX_COMPILATION_CACHE_DIR": str(self.root / "jax-cache"),
-                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
     def released(self, chapter: str) -> bytes:
         return (self.root / "release" / chapter / f"{chapter}.ipynb").read_bytes()
@@ -157,9 +119,9 @@ def release(book: Path, out: Path, names: Iterable[str] | None = None, *,
     return write_all(out, files, force=force)
 
 
-def release_main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tpviz.grading.student",
+        prog="python -m tpviz.grading.release",
         description="Write the student version of the chapters (nbgrader generate_assignment "
         "with tpviz's stubs) into a folder outside the book.")
     parser.add_argument("book", type=Path, help="folder of the chapter notebooks")
@@ -167,7 +129,7 @@ def release_main(argv: list[str]) -> int:
     parser.add_argument("chapters", nargs="*", help="chapter names (default: all), e.g. 05_zero")
     parser.add_argument("--force", action="store_true",
                         help="replace files changed since tpviz wrote them")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         written = release(args.book, args.out, args.chapters or None, force=args.force)
     except GradingError as e:
@@ -177,3 +139,7 @@ def release_main(argv: list[str]) -> int:
         print(f"wrote {path}")
     print(f"{len(written)} student notebooks written to {args.out} (unchanged ones are kept)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
