@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Axes
 from tpviz.pipeline.draw import IDLE, time_axes
 from tpviz.pipeline.simulate import Timeline
 
@@ -27,7 +28,7 @@ def op_colour(base: np.ndarray, kind: str) -> np.ndarray:
     return base + (1 - base) * k if k >= 0 else base * (1 + k)
 
 
-def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
+def gantt_versions(t: Timeline, ax: Axes | None = None, labels: bool | None = None) -> Figure:
     """Devices × time, one box per op, coloured by the weight version it reads (synchronous
     schedules: one colour, version 0); F full colour, B lighter, W darker; grey = idle. Charts
     of more than 1,500 ops are painted as an image (fast)."""
@@ -89,7 +90,7 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
     return ax.figure
 
 
-def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figure:
+def losses(curves: dict, ax: Axes | None = None, title: str = "", legend: bool = True) -> Figure:
     """Loss of the current weights after every step, one colour per run (log scale): the
     median over the seeds as a line, the band from the lowest to the highest seed shaded."""
     if ax is None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from tpviz.collectives.plan import CollectivePlan
+from tpviz.core.kinds import Index, Numbers
 from tpviz.errors import ArgumentError
 
 
-def replay(p: CollectivePlan, inputs, upto: int | None = None) -> np.ndarray:
+def replay(p: CollectivePlan, inputs: Numbers, upto: Index | None = None) -> np.ndarray:
     """Run the plan's sends on arrays and return every device's final array.
 
     Args:
@@ -49,7 +50,7 @@ def replay(p: CollectivePlan, inputs, upto: int | None = None) -> np.ndarray:
     return state.reshape(state.shape[0], -1)
 
 
-def expected(op: str, inputs) -> np.ndarray:
+def expected(op: str, inputs: Numbers) -> np.ndarray:
     """What a collective should leave on each device (reduce-scatter: chunk i on device i, the
     rest NaN), computed directly with NumPy."""
     x = np.asarray(inputs, dtype=np.float64)

@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from tpviz.core.kinds import Callback, Of, Rate, SystemLike, Time
+
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
@@ -86,7 +88,7 @@ class Collective:
         factor = 2 if self.kind == "all-reduce" else 1
         return factor * (n - 1) / n * self.full_bytes
 
-    def time(self, system, latency: float = 0.0) -> float:
+    def time(self, system: Of(Rate, SystemLike), latency: Time = 0.0) -> Time:
         """Seconds, priced by :mod:`tpviz.core.hardware`: on ``system`` (a
         :class:`tpviz.core.cost.System`), or, given a bandwidth W in bytes/s, on a switch
         where each device sends at W with α = ``latency`` per step, which is the α–β model
@@ -143,7 +145,7 @@ def text_table(head: tuple[str, ...], rows: list[tuple]) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in width), *lines[1:]])
 
 
-def html_table(head: tuple[str, ...], rows: list[tuple], cell=None) -> str:
+def html_table(head: tuple[str, ...], rows: list[tuple], cell: Callback | None = None) -> str:
     """An HTML table; integers get thousands separators, ``cell`` formats other values."""
     def fmt(v) -> str:
         return f"{v:,}" if isinstance(v, int) else cell(v) if cell else str(v)

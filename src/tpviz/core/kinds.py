@@ -121,9 +121,11 @@ class Lookup(Rule):
 
             system(value, name)
         else:
+            from jax.sharding import PartitionSpec
+
             from tpviz.core.notation import as_spec
 
-            if not isinstance(value, str) and type(value).__name__ != "PartitionSpec":
+            if not isinstance(value, str | PartitionSpec):
                 raise ArgumentTypeError(f"{name} must be a PartitionSpec or a notation string "
                                         f"such as 'A[I_X, J]', got {v._short(value)} "
                                         f"({type(value).__name__}).")
@@ -143,6 +145,18 @@ class AxesRule(Rule):
                                     f"{v._short(value)}.")
 
 
+class ColourRule(Rule):
+    __slots__ = ()
+    what = "a matplotlib colour"
+
+    def check(self, name, value, error):
+        from matplotlib.colors import is_color_like
+
+        if isinstance(value, bool) or not is_color_like(value):
+            raise ArgumentTypeError(f"{name} must be a colour such as 'C0', '#1f77b4' or "
+                                    f"(0.1, 0.2, 0.3), got {v._short(value)}.")
+
+
 # --- the vocabulary used in signatures --------------------------------------------------------
 
 Count = Annotated[int, Int(1)]  # a positive count
@@ -152,6 +166,8 @@ Devices = Annotated[int, Int(1, 2**20, "more devices than any machine has")]
 Time = Annotated[float, Real(0.0)]  # seconds (or a time unit), finite, >= 0
 Amount = Annotated[float, Real(0.0)]  # bytes, FLOPs, parameters: finite, >= 0
 Rate = Annotated[float, Real(0.0, positive=True)]  # FLOP/s, bytes/s: finite, > 0
+Bandwidth = Annotated[float, Real(0.0, positive=True, infinite=True)]  # > 0, inf: free
+Bytes = Annotated[float, Real(0.0, infinite=True)]  # >= 0, inf: no limit
 Positive = Rate
 Share = Annotated[float, Real(0.0, 1.0)]  # a fraction in [0, 1]
 Signed = Annotated[float, Real(None)]  # any finite number
@@ -166,6 +182,10 @@ SystemLike = Annotated[object, Lookup("system")]
 SpecLike = Annotated[object, Lookup("spec")]
 Axes = Annotated[object, AxesRule()]  # annotate ``ax: Axes | None = None``
 Name = Annotated[str, Text()]
+Colour = Annotated[object, ColourRule()]
+Items = Annotated[tuple, Seq(None, 0)]  # a list or tuple, maybe empty
+Indices = Annotated[tuple, Seq(Int(0), 0)]  # 0-based axis or device indices
+Inches = Annotated[float, Real(0.0, 100.0, positive=True)]  # a figure's size
 Callback = Annotated[Callable, Function()]
 
 
@@ -205,7 +225,7 @@ def rule_of(kind):
     return rule
 
 
-__all__ = ["Amount", "Any_", "ArrayOf", "Axes", "AxisOf", "Callback", "Count", "Devices", "Dtype",
-           "Finite", "Flag", "Index", "JaxMesh", "MeshShape", "Name", "Numbers", "Of", "OneOf",
-           "Positive", "Rate", "Seed", "Share", "Signed", "Size", "Sizes", "SpecLike",
-           "SystemLike", "Time"]
+__all__ = ["Amount", "Any_", "ArrayOf", "Axes", "AxisOf", "Bandwidth", "Bytes", "Callback",
+           "Colour", "Count", "Devices", "Dtype", "Finite", "Flag", "Inches", "Index", "Indices",
+           "Items", "JaxMesh", "MeshShape", "Name", "Numbers", "Of", "OneOf", "Positive", "Rate",
+           "Seed", "Share", "Signed", "Size", "Sizes", "SpecLike", "SystemLike", "Time"]

@@ -9,18 +9,19 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from tpviz.core import kinds
 from tpviz.core import validate as _validate  # the module of argument checks
+from tpviz.core.kinds import Any_, Dtype, Sizes, SpecLike
 from tpviz.core.notation import as_spec, axes_of
 from tpviz.errors import ArgumentTypeError, ShardingError
 
-MeshShape = Mapping[str, int]
+MeshShape = kinds.MeshShape  # {axis: size} or a jax Mesh
 
 _SHORT_DTYPES = {"bf16": ml_dtypes.bfloat16, "bfloat16": ml_dtypes.bfloat16, "f32": np.float32,
                  "f16": np.float16, "f64": np.float64, "s8": np.int8, "i8": np.int8,
@@ -30,7 +31,7 @@ _SHORT_DTYPES = {"bf16": ml_dtypes.bfloat16, "bfloat16": ml_dtypes.bfloat16, "f3
 _SUB_BYTE = re.compile(r"^u?int[124]$|^float[46]_")  # int4, uint2, float4_e2m1fn, ...
 
 
-def dtype_of(dtype) -> np.dtype:
+def dtype_of(dtype: Any_) -> np.dtype:
     """A numpy dtype from a numpy/JAX dtype or a name such as ``"bf16"`` or ``"int8"``."""
     if dtype is None:
         raise ShardingError("dtype=None: give a dtype such as 'float32', 'bf16' or 'int8'.")
@@ -51,12 +52,12 @@ def dtype_of(dtype) -> np.dtype:
     return found
 
 
-def dtype_size(dtype) -> int:
+def dtype_size(dtype: Any_) -> int:
     """Bytes of one element."""
     return dtype_of(dtype).itemsize
 
 
-def validate_spec(shape: Sequence[int], spec, mesh_shape: MeshShape) -> PartitionSpec:
+def validate_spec(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> PartitionSpec:
     """Validate that ``spec`` can shard an array of ``shape`` over ``mesh_shape``; return the spec.
 
     Raises:
@@ -95,7 +96,7 @@ def validate_spec(shape: Sequence[int], spec, mesh_shape: MeshShape) -> Partitio
     return spec
 
 
-def array_shape(name: str, shape) -> tuple[int, ...]:
+def array_shape(name: str, shape: Any_) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints, with a clear error for anything else."""
     if isinstance(shape, str) or not hasattr(shape, "__iter__"):
         raise ArgumentTypeError(f"{name} must be a tuple of sizes such as (8, 16), got "
@@ -103,7 +104,7 @@ def array_shape(name: str, shape) -> tuple[int, ...]:
     return tuple(_validate.integer(f"{name}[{i}]", s, minimum=0) for i, s in enumerate(shape))
 
 
-def shard_shape(shape: Sequence[int], spec, mesh_shape: MeshShape) -> tuple[int, ...]:
+def shard_shape(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> tuple[int, ...]:
     """The shape of the block each device holds: every dimension divided by its mesh axes.
 
     ``mesh_shape`` maps axis names to sizes (a ``jax.sharding.Mesh`` works too)."""
@@ -121,13 +122,13 @@ def shard_shape(shape: Sequence[int], spec, mesh_shape: MeshShape) -> tuple[int,
     )
 
 
-def bytes_per_device(shape: Sequence[int], dtype, spec, mesh_shape: MeshShape) -> int:
+def bytes_per_device(shape: Sizes(), dtype: Dtype, spec: SpecLike, mesh_shape: MeshShape) -> int:
     """Bytes of the block each device holds, e.g. int8[128, 2048] as A[I_XY, J] on
     {X: 2, Y: 8, Z: 2}: 128/16 * 2048 = 16,384 bytes."""
     return math.prod(shard_shape(shape, spec, mesh_shape)) * dtype_size(dtype)
 
 
-def replication(spec, mesh_shape: MeshShape) -> int:
+def replication(spec: SpecLike, mesh_shape: MeshShape) -> int:
     """How many devices hold each block: the product of the mesh axes the spec does not use."""
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
     used = {a for e in as_spec(spec) for a in axes_of(e)}
@@ -146,7 +147,7 @@ class Block:
 MAX_BLOCK_DEVICES = 16_384  # blocks() lists every device: 16,384 take about a second
 
 
-def blocks(shape: Sequence[int], spec, mesh_shape: MeshShape) -> list[Block]:
+def blocks(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> list[Block]:
     """Every block of the array and the mesh positions that hold it, replication included.
 
     A dimension split over several axes ``(X, Y)`` is numbered ``X`` major: block ``x * |Y| + y``.

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
+from tpviz.core.kinds import Any_
 from tpviz.errors import ArgumentTypeError, NotationError
 
 DIM_LETTERS = "IJKLMN"
 
 
-def axes_of(entry) -> tuple[str, ...]:
+def axes_of(entry: Any_) -> tuple[str, ...]:
     """The mesh axes of one ``PartitionSpec`` entry: ``None`` -> (), ``"X"`` -> ("X",)."""
     if entry is None:
         return ()
@@ -116,7 +117,7 @@ def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None
     return f"{name}[{', '.join(parts)}]"
 
 
-def as_spec(spec_or_notation) -> PartitionSpec:
+def as_spec(spec_or_notation: Any_) -> PartitionSpec:
     """Accept a ``PartitionSpec``, a notation string, or a tuple of entries."""
     if isinstance(spec_or_notation, PartitionSpec):
         return spec_or_notation

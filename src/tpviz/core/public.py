@@ -31,40 +31,44 @@ MARK = "__tpviz_public__"  # on a wrapper: its Spec
 _PASS_THROUGH = frozenset({"dataclasses", "functools", "contextlib", "copy"})
 
 
-def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = False):
+def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = False,
+             record: bool = False):
     """The rule a resolved annotation stands for (None: nothing tpviz checks). ``default`` tunes
-    the plain kinds (a default is always admissible); ``result`` reads a return annotation."""
+    the plain kinds (a default is always admissible); ``result`` reads a return annotation;
+    ``record`` a field of a dataclass of results (plain ``int`` >= 0, ``float`` any sign)."""
     if isinstance(annotation, r.Rule):
         return annotation
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
         return next((m for m in args[1:] if isinstance(m, r.Rule)), None) or rule_for(
-            args[0], default, result=result)
+            args[0], default, result=result, record=record)
     if annotation is bool:
         return r.FlagRule()
     if annotation is int:
-        low = 1
+        low = 0 if record else 1
         if isinstance(default, int) and not isinstance(default, bool) and default < 1:
             low = 0 if default == 0 else None
         return r.Int(low)
     if annotation is float:
-        low = None if result or (_real(default) and default < 0) else 0.0
+        low = None if result or record or (_real(default) and default < 0) else 0.0
         return r.Real(low, infinite=_real(default) and math.isinf(default))
     if annotation is str:
         return r.Text()
     if origin is typing.Literal:
         return r.Choice(args)
     if origin in (typing.Union, types.UnionType):
-        rules = [rule_for(a, default, result=result) for a in args if a is not type(None)]
+        rules = [rule_for(a, default, result=result, record=record)
+                 for a in args if a is not type(None)]
         if any(x is None for x in rules):
             return None
         one = rules[0] if len(rules) == 1 else r.Either(*rules)
         return r.Maybe(one) if type(None) in args else one
     if origin in (tuple, list, abc.Sequence, abc.MutableSequence):
         fixed = origin is tuple and args and args[-1] is not Ellipsis
-        items = [rule_for(a, result=result) for a in (args[:1] if not fixed else args)]
+        items = [rule_for(a, result=result, record=record)
+                 for a in (args[:1] if not fixed else args)]
         item = items[0] if items and (not fixed or len(set(map(type, items))) == 1) else None
-        empty = isinstance(default, tuple | list) and not default
+        empty = record or (isinstance(default, tuple | list) and not default)
         size = len(args) if fixed else None
         return r.Seq(item, size if fixed else int(not empty), size)
     if origin in (dict, abc.Mapping) or annotation in (dict, abc.Mapping):
@@ -73,6 +77,9 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
         return r.Array()
     if annotation is abc.Callable or origin is abc.Callable:
         return k.Function()
+    cost = sys.modules.get("tpviz.core.cost")
+    if cost is not None and annotation is cost.System:  # a System or its name: one lookup
+        return k.Lookup("system")
     if isinstance(annotation, type) and annotation is not object:
         return r.Instance(annotation)
     return None
@@ -95,7 +102,7 @@ class Spec:
     undeclared: tuple = ()  # parameters with no kind (tests list them)
 
 
-def spec_of(fn, label: str) -> Spec:
+def spec_of(fn, label: str, record: bool = False) -> Spec:
     """Read ``fn``'s signature once: a rule per parameter (the annotations are resolved in the
     function's module)."""
     sig = inspect.signature(fn)
@@ -105,7 +112,7 @@ def spec_of(fn, label: str) -> Spec:
         positions[name] = i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None
         if i == 0 and name in ("self", "cls"):
             continue
-        rule = rule_for(_resolve(p.annotation, space), p.default)
+        rule = rule_for(_resolve(p.annotation, space), p.default, record=record)
         if rule is None:
             undeclared.append(name)
             continue
@@ -207,14 +214,15 @@ def _internal(frame) -> bool:
     return name.startswith("tpviz")
 
 
-def public(fn=None, *, error: type[Exception] = ArgumentError, label: str | None = None):
+def public(fn=None, *, error: type[Exception] = ArgumentError, label: str | None = None,
+           record: bool = False):
     """Wrap ``fn`` so that each call from outside tpviz is checked against its signature (see
     the module's docstring). Usable as ``@public`` or ``@public(error=ScheduleError)``."""
     if fn is None:
-        return functools.partial(public, error=error, label=label)
+        return functools.partial(public, error=error, label=label, record=record)
     if hasattr(fn, MARK):
         return fn
-    spec = spec_of(fn, label or fn.__qualname__)
+    spec = spec_of(fn, label or fn.__qualname__, record)
 
     @functools.wraps(fn)
     def checked(*args, **kwargs):
@@ -286,7 +294,8 @@ def _publish_class(cls: type, error) -> None:
             continue
         label = f"{cls.__module__.removeprefix('tpviz.')}.{cls.__qualname__}.{name}"
         if inspect.isfunction(value):
-            setattr(cls, name, public(value, error=error, label=label))
+            record = name == "__init__" and dataclasses.is_dataclass(cls)
+            setattr(cls, name, public(value, error=error, label=label, record=record))
         elif isinstance(value, staticmethod | classmethod) and inspect.isfunction(value.__func__):
             setattr(cls, name, type(value)(public(value.__func__, error=error, label=label)))
 

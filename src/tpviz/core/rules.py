@@ -28,6 +28,11 @@ class Rule:
     def result(self, value) -> str:
         return ""
 
+    def __or__(self, other):  # ``AxisOf("mesh") | None``
+        if other is None:
+            return Maybe(self)
+        return NotImplemented
+
 
 class Int(Rule):
     """An integer within ``[minimum, maximum]``; ``why`` explains the upper bound."""
@@ -207,7 +212,10 @@ class Seq(Rule):
     what = "a list or tuple"
 
     def check(self, name, value, error):
-        if isinstance(value, str | bytes | Mapping) or not hasattr(value, "__len__") \
+        if isinstance(value, str):
+            raise ArgumentTypeError(f"{name} must be a list or tuple, got the string "
+                                    f"{v._short(value)}; for one item write ({value!r},).")
+        if isinstance(value, bytes | Mapping) or not hasattr(value, "__len__") \
                 or not hasattr(value, "__iter__"):
             raise ArgumentTypeError(f"{name} must be a list or tuple, got "
                                     f"{type(value).__name__} {v._short(value)}.")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from matplotlib.figure import Figure
 
 from tpviz.core import hardware as hw
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, figure
+from tpviz.core.kinds import Callback, Sizes
 
 
-def roofline(chip: str = "TPU v5e", dtype: str = "bf16", batches=(16, 64, 240, 1024, 4096),
+def roofline(chip: str = "TPU v5e", dtype: str = "bf16",
+             batches: Sizes() = (16, 64, 240, 1024, 4096),
              d: int = 8192, f: int = 8192) -> Figure:
     """Attainable FLOP/s against arithmetic intensity on ``chip`` (log-log): the HBM slope,
     the compute roof, the ridge, and the matmuls ``X[B, D] · W[D, F]`` of ``batches``."""
@@ -42,7 +46,8 @@ def _powers(axis, exponents, unit: str) -> None:
     axis.set_ticks(exponents, [f"1e{e}{unit}" for e in exponents])
 
 
-def torus(mesh_shape=(4, 4), wrap=(False, False), title: str = "") -> Figure:
+def torus(mesh_shape: Sizes(64, "a drawing of more chips per axis is unreadable") = (4, 4),
+          wrap: tuple[bool, ...] = (False, False), title: str = "") -> Figure:
     """Chips of a 2D slice with their ICI links; wraparound links drawn as arcs."""
     rows, cols = (*tuple(mesh_shape), 1)[:2]
     wraps = (*tuple(wrap), False)[:2]
@@ -70,8 +75,8 @@ def torus(mesh_shape=(4, 4), wrap=(False, False), title: str = "") -> Figure:
     return fig
 
 
-def collective_curve(price, label: str = "", sizes=None, marked: float | None = None
-                     ) -> Figure:
+def collective_curve(price: Callback, label: str = "", sizes: Sequence[float] | None = None,
+                     marked: float | None = None) -> Figure:
     """Seconds of a collective against V (log-log): the latency term, the bandwidth term and
     their sum, from ``price(nbytes)`` (a :class:`tpviz.core.hardware.Price` maker)."""
     sizes = np.logspace(2, 10, 33) if sizes is None else np.asarray(sizes)

@@ -7,6 +7,7 @@ shardings), ``check`` (both against ``x @ w`` and the compiled collectives), ``d
 """
 
 from tpviz.core.public import publish
+from tpviz.errors import ShardingError
 from tpviz.matmul import draw
 from tpviz.matmul.check import Check, check
 from tpviz.matmul.explore import explore_matmul
@@ -15,4 +16,4 @@ from tpviz.matmul.run import explicit, gspmd
 
 __all__ = ["Check", "MatmulPlan", "check", "draw", "explicit", "explore_matmul", "gspmd", "plan"]
 
-publish(globals())
+publish(globals(), error=ShardingError)

@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec
 
 from tpviz.core import layout
 from tpviz.core.collectives import Collective
+from tpviz.core.kinds import Dtype, Sizes, SpecLike
 from tpviz.core.layout import MeshShape
 from tpviz.core.notation import as_spec, axes_of, to_notation
 from tpviz.errors import ShardingError
@@ -78,8 +79,9 @@ def _planned(kind: str, nbytes: int, mesh_shape: MeshShape, axes, what: str) -> 
     return Collective(kind, nbytes, _size(mesh_shape, axes), axes=tuple(axes), what=what)
 
 
-def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
-         mesh_shape: MeshShape, *, dtype="float32", reduce_scatter: bool = False) -> MatmulPlan:
+def plan(x_shape: Sizes(), w_shape: Sizes(), x_spec: SpecLike, w_spec: SpecLike,
+         mesh_shape: MeshShape, *, dtype: Dtype = "float32", reduce_scatter: bool = False
+         ) -> MatmulPlan:
     """Plan ``In[B, D] · W1[D, F]`` for the given input shardings.
 
     Args:

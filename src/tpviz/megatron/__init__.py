@@ -7,6 +7,7 @@ column- and row-parallel layers, the sharded programs), ``check``, ``draw``, ``e
 """
 
 from tpviz.core.public import publish
+from tpviz.errors import ShardingError
 from tpviz.megatron import draw
 from tpviz.megatron.check import Check, check
 from tpviz.megatron.explore import explore_megatron
@@ -37,4 +38,4 @@ __all__ = ["AXIS", "KINDS", "Check", "Plan", "attention", "block", "check", "col
            "reduce_from_tp_region", "reference_step", "row_parallel", "shapes", "specs",
            "train_step"]
 
-publish(globals())
+publish(globals(), error=ShardingError)

@@ -10,9 +10,10 @@ from matplotlib.figure import Figure
 from tpviz.core import layout
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, device_label, palette, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.megatron.plan import Plan
 
 
-def mlp(p, footer: str = "") -> Figure:
+def mlp(p: Plan, footer: str = "") -> Figure:
     """The Megatron MLP ``Out = gelu(In W1) W2`` for a :class:`tpviz.megatron.Plan`: who holds
     which block of In, W1, the activations Tmp, W2, and of Out after the all-reduce;
     ``footer``: more text below.

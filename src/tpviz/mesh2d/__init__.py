@@ -7,6 +7,7 @@ bytes), ``choose`` (beside data parallelism and 1D Megatron; the best mesh and t
 """
 
 from tpviz.core.public import publish
+from tpviz.errors import ShardingError
 from tpviz.mesh2d import draw
 from tpviz.mesh2d.check import Check, as_gspmd, check, found, predicted
 from tpviz.mesh2d.choose import (
@@ -51,4 +52,4 @@ __all__ = [
     "step_time",
 ]
 
-publish(globals())
+publish(globals(), error=ShardingError)

@@ -15,6 +15,7 @@ from matplotlib.patches import Rectangle
 from tpviz.core import layout
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, Animation, frame, gif
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Axes, Index, Items
 from tpviz.mesh2d.choose import Scheme
 from tpviz.mesh2d.plan import DATA, MODEL, PRE, Array, Plan
 
@@ -33,7 +34,7 @@ def _held(a: Array, mesh: dict[str, int]) -> dict[int, tuple[slice, ...]]:
     return {dev: b.slices for b in layout.blocks(a.shape, a.spec, mesh) for dev in b.devices}
 
 
-def step(p: Plan, k: int, ax=None) -> Figure:
+def step(p: Plan, k: Index, ax: Axes | None = None) -> Figure:
     """Step ``k`` of the plan on the mesh: what every device holds before and after it."""
     s = p.steps[k]
     arrays = [*s.operands, s.result] if s.op != "start" else list(s.operands)
@@ -98,7 +99,8 @@ def animate(p: Plan, ms_per_frame: int = 1400) -> Animation:
                        f"model={p.mesh[MODEL]} mesh", ms_per_frame)
 
 
-def comparison(schemes: list[Scheme], title: str = "", axes=None, chosen: str = "") -> Figure:
+def comparison(schemes: list[Scheme], title: str = "", axes: Items | None = None,
+               chosen: str = "") -> Figure:
     """Memory per device and bytes sent per device per training step, scheme by scheme (the
     ``chosen`` one in bold); ``axes``: two axes to draw into."""
     if axes is None:

@@ -14,13 +14,14 @@ from matplotlib.figure import Figure
 
 from tpviz.core.figures import SMALL_PT, TITLE_PT, Animation, frame, gif, palette, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Axes
 from tpviz.pipeline.simulate import Timeline, releasing_kind
 
 IDLE = "#e6e6e6"
 LABEL_UP_TO, RASTER_ABOVE = 400, 1500
 
 
-def gantt(t: Timeline, ax=None, title: str | None = None,
+def gantt(t: Timeline, ax: Axes | None = None, title: str | None = None,
           labels: bool | None = None) -> Figure:
     """Devices (rows, device 0 on top) × time; one box per op. Colour = microbatch; F full
     colour, B lighter, W darker; boxes wide enough are labelled (``F3`` = forward of
@@ -115,7 +116,7 @@ def held_over_time(t: Timeline, device: int) -> tuple[np.ndarray, np.ndarray]:
     return times, held
 
 
-def memory(t: Timeline, ax=None) -> Figure:
+def memory(t: Timeline, ax: Axes | None = None) -> Figure:
     """Microbatch activations each device holds over time (in units of one microbatch through one
     chunk)."""
     if ax is None:
