@@ -10,14 +10,14 @@ from matplotlib.figure import Figure
 
 from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
 from tpviz.core.figures import figure as column_figure
-from tpviz.core.kinds import Axes
+from tpviz.core.kinds import Axes, Size
 from tpviz.pipeline.draw import IDLE, time_axes
 from tpviz.pipeline.simulate import Timeline
 
 SHADE = {"F": 0.0, "B": 0.55, "BW": 0.55, "W": -0.4}  # B lighter, W darker than F
 
 
-def version_colours(versions: int) -> np.ndarray:
+def version_colours(versions: Size(4096, "more colours cannot be told apart")) -> np.ndarray:
     """One base colour per weight version (a cycle of 10)."""
     return np.array([to_rgb(c) for c in palette(min(max(versions, 1), 10))])
 

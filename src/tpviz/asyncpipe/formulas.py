@@ -89,7 +89,8 @@ def row(name: str, p: int, m: int) -> Row:
                t.staleness, copies, t.weight_copies, t.peak_activations)
 
 
-def table(p: int = 4, m: int = 8, names=("1f1b", "zb-h1", *ZOO)) -> list[Row]:
+def table(p: int = 4, m: int = 8, names: tuple[str, ...] = ("1f1b", "zb-h1", *ZOO)
+          ) -> list[Row]:
     """:func:`row` for every schedule (chimera at m rounded down to a multiple of p, its
     formula's case)."""
     return [row(n, p, max(p, m - m % p) if n == "chimera" else m) for n in names]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpviz.core.kinds import HELD, Items, Of, Size
 from tpviz.pipeline import schedule, simulate
 
 STAGES = 4
@@ -28,7 +29,8 @@ CONTROLS = {"delay 1 on every stage": ((1, 1, 1, 1), 1),
             "delay 3 on the last stage only": ((0, 0, 0, 3), 1)}
 
 
-def versions(name, steps: int, stages: int = STAGES) -> tuple[np.ndarray, np.ndarray, int]:
+def versions(name: Of(str, Items), steps: Size(2**16, HELD), stages: Size(64, HELD) = STAGES
+             ) -> tuple[np.ndarray, np.ndarray, int]:
     """(forward version, backward version) of every (step, stage), and microbatches per update,
     read off the simulated timeline of schedule ``name`` ("sync": the newest version, one
     update per microbatch; "flush": the newest, one update per p microbatches); or, for

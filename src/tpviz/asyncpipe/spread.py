@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpviz.asyncpipe.runs import reference
+from tpviz.asyncpipe.stale import Curve
 
 
 def ratios(curves: dict, label: str) -> np.ndarray:
@@ -43,6 +44,6 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def diverges(curve) -> np.ndarray:
+def diverges(curve: Curve) -> np.ndarray:
     """Per seed: whether the run ends (its final loss) above its loss after the first step."""
     return curve.finals > curve.losses[:, 0]

@@ -38,6 +38,7 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz.asyncpipe.runs import CONTROLS, RUNS, STAGES, tables, versions  # noqa: F401
 from tpviz.core import compiled, validate, verify
+from tpviz.core.kinds import Index, Items, Positive
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ArgumentError, ArgumentTypeError, DeviceSetupError
 from tpviz.pipeline.run import init
@@ -61,7 +62,7 @@ class Curve:
         tail = max(1, self.losses.shape[1] // 10)
         return self.losses[:, -tail:].mean(axis=1)
 
-    def seed(self, seed: int) -> np.ndarray:
+    def seed(self, seed: Index) -> np.ndarray:
         """The loss curve of one seed."""
         return self.losses[self.seeds.index(seed)]
 
@@ -157,9 +158,9 @@ def _program(mesh, stages: int, slots: int, beta: float, gamma: float):
         out_specs=P(AXIS), check_vma=False))
 
 
-def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16,
-          rows: int = 16, momentum: float = 0.9, warmup: int | None = None,
-          seeds=range(5), steep: float = 1.0) -> Runs:
+def train(labels: Items = tuple(RUNS), steps: int = 300, lrs: Items = (0.05, 0.2),
+          width: int = 16, rows: int = 16, momentum: float = 0.9, warmup: Index | None = None,
+          seeds: Items = range(5), steep: Positive = 1.0) -> Runs:
     """Train the 4-stage MLP once per label of :data:`RUNS` or :data:`CONTROLS`, learning
     rate and seed (for one seed, every run has the same data and start): ``{lr: {label:
     Curve}}`` (a :class:`Runs`, whose ``program`` is the compiled program). Each run executes

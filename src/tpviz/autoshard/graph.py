@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from tpviz.core import layout
 from tpviz.core import validate as check
+from tpviz.core.kinds import Dtype
 from tpviz.errors import ArgumentError, ShardingError
 
 KINDS = {"matmul": ("matmul",), "elementwise": ("gelu", "add", "heads"), "reduction": ("sum",)}
@@ -130,7 +131,7 @@ def _positive(**sizes) -> None:
 class Builder:
     """Adds ops one at a time and checks their shapes."""
 
-    def __init__(self, dtype="float32", **inputs: tuple[int, int]):
+    def __init__(self, dtype: Dtype = "float32", **inputs: tuple[int, int]):
         layout.dtype_of(dtype)
         self.dtype, self.inputs, self.ops = str(layout.dtype_of(dtype)), dict(inputs), []
         self.shapes = {k: tuple(v) for k, v in inputs.items()}
@@ -202,7 +203,7 @@ class Builder:
                      {k: self.dims[k] for k in self.inputs})
 
 
-def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype="float32") -> Graph:
+def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype: Dtype = "float32") -> Graph:
     """``layers`` MLP blocks, each ``matmul [B, H]·[H, F] → gelu → matmul [B, F]·[F, H]``.
 
     Raises:
@@ -219,7 +220,7 @@ def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype="float32") -> 
 
 
 def transformer(tokens: int, hidden: int, ffn: int, heads: int, layers: int = 1,
-                dtype="float32") -> Graph:
+                dtype: Dtype = "float32") -> Graph:
     """``layers`` transformer blocks (8 ops each): ``qkv`` matmul ``[B, H]·[H, 3H]``, the
     head-local attention core, ``out`` matmul ``[H, H]``, residual add, MLP (``w1``, gelu,
     ``w2``), residual add. Layer norms are left out.

@@ -28,6 +28,7 @@ from tpviz.autoshard.strategies import GRADIENT_SYNC, Strategy, reshard, strateg
 from tpviz.core import cost
 from tpviz.core import validate as check
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import Any_, Bytes, Indices, Items, MeshShape
 from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError, SolverError
 
 
@@ -66,19 +67,20 @@ class Problem:
     edge: tuple[np.ndarray, ...]  # per edge: [producer strategy, consumer strategy]
     memory: tuple[np.ndarray, ...]  # per op: bytes per device of each strategy
 
-    def time(self, collectives) -> float:  # each priced by the system: its torus or its nodes
+    def time(self, collectives: Items) -> float:  # each priced on the system's torus or nodes
         return sum(self.system.price(c).seconds for c in collectives)
 
-    def cost(self, choice) -> float:
+    def cost(self, choice: Indices) -> float:
         """Seconds per step of one strategy index per op."""
         return float(sum(self.node[v][i] for v, i in enumerate(choice)) + sum(
             self.edge[k][choice[u], choice[v]] for k, (u, v, _) in enumerate(self.edges)))
 
-    def bytes(self, choice) -> int:
+    def bytes(self, choice: Indices) -> int:
         return int(sum(self.memory[v][i] for v, i in enumerate(choice)))
 
 
-def problem(graph: Graph, mesh_shape, system, microbatches: int = 1) -> Problem:
+def problem(graph: Graph, mesh_shape: MeshShape, system: cost.System, microbatches: int = 1
+            ) -> Problem:
     """Enumerate strategies and tabulate node and edge costs (no solving); with
     ``microbatches`` = m, a weight gradient's all-reduce costs 1/m (reduced once per m)."""
     if not isinstance(graph, Graph):
@@ -166,7 +168,8 @@ def _infeasible(p: Problem, limit: float) -> ShardingError:
                          "use a larger mesh.")
 
 
-def solve(graph: Graph, mesh_shape, system, memory_limit=None, microbatches=1) -> Solution:
+def solve(graph: Graph, mesh_shape: MeshShape, system: cost.System,
+          memory_limit: Bytes | None = None, microbatches: int = 1) -> Solution:
     """The cheapest strategy per op, by Alpa's ILP (``scipy.optimize.milp``, HiGHS).
 
     Args:
@@ -183,7 +186,7 @@ def solve(graph: Graph, mesh_shape, system, memory_limit=None, microbatches=1) -
     return solve_problem(problem(graph, mesh_shape, system, microbatches), memory_limit)
 
 
-def solve_problem(p: Problem, memory_limit=None) -> Solution:
+def solve_problem(p: Problem, memory_limit: Bytes | None = None) -> Solution:
     """:func:`solve` for a problem already tabulated (to solve it under several limits)."""
     limit = _limit(memory_limit)
     sizes = [len(o) for o in p.options]
@@ -242,7 +245,8 @@ def solve_problem(p: Problem, memory_limit=None) -> Solution:
     return solution(p, choice)
 
 
-def brute_force(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution:
+def brute_force(graph: Graph, mesh_shape: MeshShape, system: cost.System,
+                memory_limit: Bytes | None = None) -> Solution:
     """The cheapest strategy per op by trying every combination (small graphs only).
 
     Raises:
@@ -267,7 +271,7 @@ def brute_force(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution
     return solution(p, best)
 
 
-def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
+def fixed(graph: Graph, mesh_shape: MeshShape, system: cost.System, pick: Any_) -> Solution:
     """The solution where ``pick(op, strategies)`` names each op's strategy (by notation or
     index), e.g. data parallelism or Megatron, for comparison with the solver's choice.
 
@@ -277,7 +281,7 @@ def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
     return fixed_problem(problem(graph, mesh_shape, system), pick)
 
 
-def fixed_problem(p: Problem, pick) -> Solution:
+def fixed_problem(p: Problem, pick: Any_) -> Solution:
     """:func:`fixed` for a problem already tabulated. Shared inputs take the layout cheapest for
     their readers' picks."""
     choice: list[int] = []

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tpviz.core import validate as check
+from tpviz.core.kinds import Any_, Bytes, Devices, Items
 from tpviz.errors import ArgumentError, ArgumentTypeError
 from tpviz.pipeline.plan import balance
 
@@ -123,8 +124,8 @@ def _prepared(layer_costs, devices, microbatches, submeshes, memory, memory_limi
     return devices, microbatches, shapes, costs, k, _fits(memory, memory_limit, k, microbatches)
 
 
-def stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
-           memory_limit=None) -> Stages:
+def stages(layer_costs: Any_, devices: Devices, microbatches: int, submeshes: Items,
+           memory: Items | None = None, memory_limit: Bytes | None = None) -> Stages:
     """Contiguous stages and a submesh for each, minimising ``Σ t_i + (m − 1) · max t_i``.
 
     Args:
@@ -236,8 +237,8 @@ def _dp(t, k, devices, shapes, t_max, fits):
     return value, out
 
 
-def brute_stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
-                 memory_limit=None) -> Stages:
+def brute_stages(layer_costs: Any_, devices: Devices, microbatches: int, submeshes: Items,
+                 memory: Items | None = None, memory_limit: Bytes | None = None) -> Stages:
     """Every contiguous split × submesh assignment using exactly ``devices`` (small cases)."""
     devices, microbatches, shapes, costs, k, fits = _prepared(
         layer_costs, devices, microbatches, submeshes, memory, memory_limit)

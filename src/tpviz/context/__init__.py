@@ -24,6 +24,7 @@ from tpviz.context.run import (
     with_gradients,
 )
 from tpviz.core.public import publish
+from tpviz.errors import ShardingError
 
 __all__ = ["AXIS", "LAYOUTS", "SCHEMES", "Checked", "attention", "balance", "block_attention",
            "causal_work", "check", "check_sizes", "combine", "compare", "draw",
@@ -31,4 +32,4 @@ __all__ = ["AXIS", "LAYOUTS", "SCHEMES", "Checked", "attention", "balance", "blo
            "render_context", "ring_attention", "sequence_parallel_block", "temporaries",
            "ulysses_attention", "with_gradients", "zigzag_order"]
 
-publish(globals())
+publish(globals(), error=ShardingError)

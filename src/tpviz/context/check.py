@@ -14,10 +14,12 @@ from tpviz.context.plan import AXIS, check_sizes, plan
 from tpviz.context.run import SPECS, place, program, reference, to_layout, with_gradients
 from tpviz.core import compiled, validate, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import HELD, Devices, Seed, Size
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ShardingError
 
 HEAD_DIM = 8  # d_h of the checked layers (small: the check is about the schedule, not the size)
+SCORES = 2**25  # scores the reference attention may hold (128 MB of float32)
 
 
 class Checked(Collectives):
@@ -37,7 +39,7 @@ def _signature(found) -> Counter:
     return Counter((c.kind, c.bytes, c.group_size) for c in found if c.moves_data)
 
 
-def mesh_of(devices: int, axis: str = AXIS):
+def mesh_of(devices: Devices, axis: str = AXIS):
     """A 1D mesh of the first ``devices`` devices that ``setup_devices`` chose."""
     available = chosen_devices()
     if devices > len(available):
@@ -47,10 +49,13 @@ def mesh_of(devices: int, axis: str = AXIS):
     return make_mesh((devices,), (axis,), devices=available[:devices])
 
 
-def inputs(scheme: str, sequence: int, heads: int, batch: int = 1, seed: int = 0,
-           head_dim: int = HEAD_DIM) -> tuple:
+def inputs(scheme: str, sequence: Size(2**20, HELD), heads: Size(1024, HELD),
+           batch: Size(1024, HELD) = 1, seed: Seed = 0, head_dim: Size(1024, HELD) = HEAD_DIM
+           ) -> tuple:
     """Seeded float32 inputs of one layer: ``(q, k, v)`` ``[B, S, n_h, d_h]``, or ``(x,
     params)`` for "sequence" (``x[B, S, H]``, weights ``wq, wk, wv, wo: [H, H]``)."""
+    validate.bounded("batch × sequence × heads × head_dim", batch * sequence * heads * head_dim,
+                     2**25, "Use fewer tokens or heads.", ShardingError)
     rng = np.random.default_rng(seed)
     h = heads * head_dim
     if scheme == "sequence":
@@ -60,8 +65,8 @@ def inputs(scheme: str, sequence: int, heads: int, batch: int = 1, seed: int = 0
                  for _ in range(3))
 
 
-def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool = False, *,
-          layout: str | None = None, batch: int = 1, seed: int = 0) -> Checked:
+def check(scheme: str, sequence: int, heads: int, devices: Devices = 8, causal: bool = False, *,
+          layout: str | None = None, batch: int = 1, seed: Seed = 0) -> Checked:
     """Run ``scheme`` ("sequence", "ring" or "ulysses") on a mesh of ``devices`` devices and
     compare it with full attention on one device, forward and gradients; compare the compiled
     collectives (kinds, counts, bytes, group sizes) with :func:`tpviz.context.plan`.
@@ -86,6 +91,8 @@ def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool
     """
     causal = validate.flag("causal", causal)
     heads = validate.integer("heads", heads, error=ShardingError)
+    validate.bounded("batch × heads × sequence²", batch * heads * sequence**2, SCORES,
+                     "Use a shorter sequence: the reference holds every score.", ShardingError)
     layout = layout or ("zigzag" if causal and scheme == "ring" else "contiguous")
     scheme, s, a, n, h, layout = check_sizes(scheme, sequence, heads, devices,
                                              heads * HEAD_DIM, layout)
@@ -134,12 +141,14 @@ def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool
     return result
 
 
-def temporaries(scheme: str, sequence: int, heads: int, devices: int = 8,
+def temporaries(scheme: str, sequence: int, heads: int, devices: Devices = 8,
                 causal: bool = False) -> int:
     """Bytes of temporaries per device of the compiled forward pass (XLA's
     ``memory_analysis()``), float32, heads of width 8: what the scheme holds besides its
     inputs and output, to set beside :func:`tpviz.context.compare.memory`."""
     scheme, s, a, n, _, _ = check_sizes(scheme, sequence, heads, devices, heads * HEAD_DIM)
+    validate.bounded("heads × sequence²", a * s**2, SCORES, "Use a shorter sequence.",
+                     ShardingError)
     mesh = mesh_of(n)
     args = inputs(scheme, s, a)
     seq = P(None, AXIS)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tpviz.context.plan import check_sizes, plan
 from tpviz.core import validate
 from tpviz.core.cost import SYSTEMS, System
+from tpviz.core.kinds import Amount, Devices, Dtype, Items, Time
 from tpviz.core.layout import dtype_size
 
 
@@ -33,14 +34,14 @@ def _system(system) -> System:
     return SYSTEMS[validate.choice("system", system, SYSTEMS)]
 
 
-def price(collectives, system: System) -> float:
+def price(collectives: Items, system: System) -> Time:
     """Seconds to run ``collectives`` on ``system``, each priced by the book's hardware model
     (:meth:`tpviz.core.cost.System.price`: the torus or the GPU nodes and their links, latency
     included). The one place this topic prices communication."""
     return sum(system.price(c).seconds for c in collectives)
 
 
-def egress(system: System, devices: int) -> float:
+def egress(system: System, devices: Devices) -> float:
     """W: bytes/s one device sends to its ring neighbour, NVLink (or ICI) when the group fits in
     a node, else its share of the node's network egress."""
     if system.node and devices > system.node and system.between_nodes:
@@ -68,15 +69,15 @@ class Layer:
         return "communication" if self.exposed_s > self.compute_s else "compute"
 
 
-def flops(sequence: int, hidden: int, devices: int, batch: int = 1,
-          causal: bool = False) -> float:
+def flops(sequence: int, hidden: int, devices: Devices, batch: int = 1,
+          causal: bool = False) -> Amount:
     """FLOPs per device of one attention layer's forward pass (the same for every scheme)."""
     s, h, n, b = sequence, hidden, devices, batch
     return 8 * b * s * h * h / n + 4 * b * s * s * h / n / (2 if causal else 1)
 
 
-def memory(scheme: str, sequence: int, heads: int, hidden: int, devices: int, batch: int = 1,
-           dtype="bf16") -> float:
+def memory(scheme: str, sequence: int, heads: int, hidden: int, devices: Devices, batch: int = 1,
+           dtype: Dtype = "bf16") -> Amount:
     """Activation bytes per device at the peak of the attention (the module's list), with the
     scores materialised (no FlashAttention): q, k, v, output, what travels, and two buffers of
     scores (the scores and their exponentials, as XLA keeps them)."""
@@ -88,8 +89,8 @@ def memory(scheme: str, sequence: int, heads: int, hidden: int, devices: int, ba
     return size * (gathered + b * (4 * s * h // n + 2 * a // n * s * s))
 
 
-def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: int,
-          system: str | System = "H100 (NVLink)", batch: int = 1, dtype="bf16",
+def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: Devices,
+          system: System = "H100 (NVLink)", batch: int = 1, dtype: Dtype = "bf16",
           causal: bool = False) -> Layer:
     """Bytes, time and memory of one attention layer's forward pass under ``scheme``."""
     system, causal = _system(system), validate.flag("causal", causal)
@@ -105,8 +106,8 @@ def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: int,
                  memory(scheme, sequence, heads, hidden, devices, batch, dtype))
 
 
-def hiding_block(hidden: int, system: str | System = "H100 (NVLink)", dtype="bf16",
-                 devices: int = 8) -> float:
+def hiding_block(hidden: int, system: System = "H100 (NVLink)", dtype: Dtype = "bf16",
+                 devices: Devices = 8) -> float:
     """S/N, tokens per device from which one block's attention (non-causal) hides the next
     block's permute: 4·c²·H / R ≥ 2·c·H·b / W, so c ≥ R·b / (2·W) (independent of H)."""
     system = _system(system)

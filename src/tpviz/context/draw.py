@@ -9,6 +9,7 @@ from tpviz.context.compare import layer
 from tpviz.context.plan import SCHEMES
 from tpviz.core.figures import SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Devices, Sizes
 
 
 def balance(flops: dict[str, list[float]]) -> Figure:
@@ -28,7 +29,8 @@ def balance(flops: dict[str, list[float]]) -> Figure:
     return fig
 
 
-def scaling(sequences, heads: int, hidden: int, devices: int, system: str = "H100 (NVLink)",
+def scaling(sequences: Sizes(), heads: int, hidden: int, devices: Devices,
+            system: str = "H100 (NVLink)",
             causal: bool = True) -> Figure:
     """Per layer and device, against the sequence: bytes sent, exposed communication time and
     activation memory of each scheme (a scheme that cannot split the heads is left out)."""

@@ -24,6 +24,7 @@ import numpy as np
 
 from tpviz.core import validate
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import HELD, Devices, Dtype, Size
 from tpviz.core.layout import dtype_of, dtype_size
 from tpviz.errors import ShardingError
 
@@ -65,8 +66,8 @@ def check_sizes(scheme: str, sequence: int, heads: int, devices: int,
     return scheme, s, a, n, hidden, layout
 
 
-def plan(scheme: str, sequence: int, heads: int, hidden: int, devices: int, *, batch: int = 1,
-         dtype="float32", training: bool = False) -> Collectives:
+def plan(scheme: str, sequence: int, heads: int, hidden: int, devices: Devices, *,
+         batch: int = 1, dtype: Dtype = "float32", training: bool = False) -> Collectives:
     """The collectives one attention layer's forward pass (with ``training``: forward and
     backward) holds on each of ``devices`` devices (see the module's table).
 
@@ -100,7 +101,7 @@ def plan(scheme: str, sequence: int, heads: int, hidden: int, devices: int, *, b
     return Collectives([to_heads] * (8 if training else 4))
 
 
-def zigzag_order(sequence: int, devices: int) -> np.ndarray:
+def zigzag_order(sequence: Size(2**24, HELD), devices: Devices) -> np.ndarray:
     """The token order of the zigzag layout: the sequence in 2N chunks, device i holding
     chunks i and 2N-1-i (Brandon et al.'s striped attention balances the same way)."""
     _, sequence, _, devices, _, _ = check_sizes("ring", sequence, 1, devices, layout="zigzag")
@@ -109,7 +110,7 @@ def zigzag_order(sequence: int, devices: int) -> np.ndarray:
                            for i in range(devices)])
 
 
-def causal_work(devices: int, layout: str = "contiguous") -> list[int]:
+def causal_work(devices: Devices, layout: str = "contiguous") -> list[int]:
     """Chunk pairs (a query chunk of S/(2N) tokens against a key chunk of as many) each device
     computes in causal ring attention when it skips every block the mask hides entirely and
     computes a block the mask cuts in full. Contiguous: device i computes its i earlier blocks

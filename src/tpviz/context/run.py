@@ -29,6 +29,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tpviz.context.plan import AXIS, zigzag_order
+from tpviz.core.kinds import AxisOf, Callback, JaxMesh, Numbers
+from tpviz.errors import ShardingError
 from tpviz.megatron import column_parallel, layer_norm, row_parallel
 
 MASKED = -1e30  # a finite "minus infinity": exp() of it is 0, and no NaN from (-inf) - (-inf)
@@ -36,7 +38,8 @@ MASKED = -1e30  # a finite "minus infinity": exp() of it is 0, and no NaN from (
 
 # --- attention of one block, and the online-softmax combine ----------------------------------
 
-def block_attention(q, k, v, q_pos=None, k_pos=None):
+def block_attention(q: Numbers, k: Numbers, v: Numbers, q_pos: Numbers | None = None,
+                    k_pos: Numbers | None = None):
     """Softmax attention of the queries ``q[B, c_q, n, d]`` over one key/value block
     ``k, v[B, c_k, n, d]``: the normalised output ``o[B, c_q, n, d]`` and the log-sum-exp
     ``lse[B, c_q, n]`` of the scores. With positions given, a key attends only where
@@ -49,14 +52,19 @@ def block_attention(q, k, v, q_pos=None, k_pos=None):
     return o, lse.transpose(0, 2, 1)  # o: [B, c_q, n, d], lse: [B, c_q, n]
 
 
-def combine(o1, lse1, o2, lse2):
+def combine(o1: Numbers, lse1: Numbers, o2: Numbers, lse2: Numbers):
     """Merge the attention of the same queries over two key blocks (FlashAttention's online
     softmax): ``lse = log(e^lse1 + e^lse2)``, ``o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2``."""
+    if not (jnp.shape(o1) == jnp.shape(o2) and jnp.shape(lse1) == jnp.shape(lse2)
+            == jnp.shape(o1)[:-1]):
+        raise ShardingError(f"combine: o1 {jnp.shape(o1)} and o2 {jnp.shape(o2)} must have one "
+                            f"shape [..., d], lse1 {jnp.shape(lse1)} and lse2 "
+                            f"{jnp.shape(lse2)} that shape without its last axis.")
     lse = jnp.logaddexp(lse1, lse2)  # [B, c, n]
     return (o1 * jnp.exp(lse1 - lse)[..., None] + o2 * jnp.exp(lse2 - lse)[..., None]), lse
 
 
-def attention(q, k, v, causal: bool = False):
+def attention(q: Numbers, k: Numbers, v: Numbers, causal: bool = False):
     """Full softmax attention on one device (the reference): ``[B, S, n_h, d_h]`` in and out."""
     pos = jnp.arange(q.shape[1]) if causal else None
     return block_attention(q, k, v, pos, pos)[0]
@@ -74,7 +82,8 @@ def positions(me, n: int, chunk: int, layout: str):
                             jnp.arange(half)])
 
 
-def ring_attention(q, k, v, axis: str = AXIS, causal: bool = False, layout: str = "contiguous"):
+def ring_attention(q: Numbers, k: Numbers, v: Numbers, axis: str = AXIS, causal: bool = False,
+                   layout: str = "contiguous"):
     """One device's part of ring attention (call inside ``shard_map``).
 
     ``q, k, v: [B, S/N, n_h, d_h]``, this device's tokens in ``layout``. Step s = 0 … N-1:
@@ -123,7 +132,8 @@ def _zigzag_step(q, kv, o, lse, src, me):
 
 # --- Ulysses -------------------------------------------------------------------------------
 
-def ulysses_attention(q, k, v, axis: str = AXIS, causal: bool = False):
+def ulysses_attention(q: Numbers, k: Numbers, v: Numbers, axis: str = AXIS,
+                      causal: bool = False):
     """One device's part of DeepSpeed-Ulysses (call inside ``shard_map``).
 
     All-to-all ``[B, S/N, n_h, d_h] → [B, S, n_h/N, d_h]`` for q, k and v (sequence shards to
@@ -137,7 +147,7 @@ def ulysses_attention(q, k, v, axis: str = AXIS, causal: bool = False):
 
 # --- Megatron sequence parallelism ---------------------------------------------------------
 
-def sequence_parallel_block(x, params: dict, head_dim: int, axis: str | None = AXIS,
+def sequence_parallel_block(x: Numbers, params: dict, head_dim: int, axis: str | None = AXIS,
                             causal: bool = False):
     """``x + Attn(LN(x)) W_O`` with Megatron's sequence parallelism (inside ``shard_map``):
     ``x[B, S/N, H]``; layer norm on the sequence shard; all-gather along the sequence
@@ -162,8 +172,8 @@ SPECS = {"wq": P(None, AXIS), "wk": P(None, AXIS), "wv": P(None, AXIS), "wo": P(
 
 # --- programs ------------------------------------------------------------------------------
 
-def program(scheme: str, mesh, causal: bool = False, layout: str = "contiguous",
-            head_dim: int = 0, axis: str = AXIS):
+def program(scheme: str, mesh: JaxMesh, causal: bool = False, layout: str = "contiguous",
+            head_dim: int = 0, axis: AxisOf() = AXIS):
     """The scheme as a function of global arrays: ``fn(q, k, v)`` for "ring" and "ulysses"
     (``[B, S, n_h, d_h]``, sharded along S), ``fn(x, params)`` for "sequence"."""
     seq = P(None, axis)
@@ -176,7 +186,7 @@ def program(scheme: str, mesh, causal: bool = False, layout: str = "contiguous",
     return jax.shard_map(body, mesh=mesh, in_specs=(seq, seq, seq), out_specs=seq)
 
 
-def with_gradients(fn):
+def with_gradients(fn: Callback):
     """``(*args, ct) -> (fn(*args), gradients of ⟨fn(*args), ct⟩ w.r.t. every argument)``:
     the forward and backward pass in one program (no extra reduction for a loss)."""
     def both(*args):

@@ -157,7 +157,12 @@ class ColourRule(Rule):
                                     f"(0.1, 0.2, 0.3), got {v._short(value)}.")
 
 
-# --- the vocabulary used in signatures --------------------------------------------------------
+# --- the vocabulary used in signatures -------------------------------------------------------
+
+# why a size has its bound (the end of the error's sentence)
+HELD = "the arrays built from it are held in memory"
+COMPILED = "each is traced into the program, which then takes long to compile"
+DRAWN = "each is drawn, and a figure of more is slow and unreadable"
 
 Count = Annotated[int, Int(1)]  # a positive count
 Index = Annotated[int, Int(0)]  # an index or a seed: >= 0
@@ -225,7 +230,42 @@ def rule_of(kind):
     return rule
 
 
-__all__ = ["Amount", "Any_", "ArrayOf", "Axes", "AxisOf", "Bandwidth", "Bytes", "Callback",
-           "Colour", "Count", "Devices", "Dtype", "Finite", "Flag", "Inches", "Index", "Indices",
-           "Items", "JaxMesh", "MeshShape", "Name", "Numbers", "Of", "OneOf", "Positive", "Rate",
-           "Seed", "Share", "Signed", "Size", "Sizes", "SpecLike", "SystemLike", "Time"]
+__all__ = [
+    "COMPILED",
+    "DRAWN",
+    "HELD",
+    "Amount",
+    "Any_",
+    "ArrayOf",
+    "Axes",
+    "AxisOf",
+    "Bandwidth",
+    "Bytes",
+    "Callback",
+    "Colour",
+    "Count",
+    "Devices",
+    "Dtype",
+    "Finite",
+    "Flag",
+    "Inches",
+    "Index",
+    "Indices",
+    "Items",
+    "JaxMesh",
+    "MeshShape",
+    "Name",
+    "Numbers",
+    "Of",
+    "OneOf",
+    "Positive",
+    "Rate",
+    "Seed",
+    "Share",
+    "Signed",
+    "Size",
+    "Sizes",
+    "SpecLike",
+    "SystemLike",
+    "Time",
+]

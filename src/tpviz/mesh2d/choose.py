@@ -134,7 +134,7 @@ def step_time(p: Plan, system: SystemLike, training: bool = True) -> cost.Estima
 
 
 def best_mesh(batch: int, hidden: int, ffn: int, devices: Devices = 8,
-              system: cost.System | None = None, dtype="bf16") -> tuple[int, int]:
+              system: cost.System | None = None, dtype: Dtype = "bf16") -> tuple[int, int]:
     """The ``(data, model)`` shape with the least communication per training step: the fewest
     bytes sent per device, or with ``system``, the shortest communication time."""
     system = None if system is None else cost.system(system)

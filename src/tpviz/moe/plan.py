@@ -27,6 +27,7 @@ import numpy as np
 from tpviz.core import cost, layout
 from tpviz.core import validate as check
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import ArrayOf, Devices, Dtype, Finite, Index, Positive, Seed
 from tpviz.errors import ArgumentError, ShardingError
 
 AXIS = "expert"
@@ -75,7 +76,7 @@ def _groups(tokens: int, groups) -> int:
     return groups
 
 
-def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
+def capacity(tokens: int, experts: int, top_k: int, capacity_factor: Positive) -> int:
     """C = ⌈k · T_g · c_f / E⌉: the most tokens one expert takes from a group of ``tokens``
     (T_g).
 
@@ -89,7 +90,7 @@ def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> i
 
 # --- routing (NumPy) ---------------------------------------------------------------------------
 
-def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+def softmax(logits: Finite, axis: int = -1) -> np.ndarray:
     z = np.asarray(logits, np.float64)
     z = np.exp(z - z.max(axis=axis, keepdims=True))
     return z / z.sum(axis=axis, keepdims=True)
@@ -122,7 +123,7 @@ class Routing:
         return np.bincount(self.experts[self.keep], minlength=self.probs.shape[1])
 
 
-def top_k(logits: np.ndarray, k: int, order: str = "before",
+def top_k(logits: ArrayOf(2, finite=True), k: int, order: str = "before",
           probs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each token's k largest logits (first = largest) and their gates.
 
@@ -147,7 +148,8 @@ def top_k(logits: np.ndarray, k: int, order: str = "before",
     return experts, gates
 
 
-def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) -> np.ndarray:
+def keep(experts: ArrayOf(2, integer=True), num_experts: int, capacity: Index, groups: int = 1
+         ) -> np.ndarray:
     """Which choices fit: per group, expert e takes choices in GShard's order (every first
     choice by token position, then every second choice, ...) until it holds ``capacity``."""
     experts = np.asarray(experts)
@@ -156,6 +158,9 @@ def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) 
                             f"{experts.shape}.")
     t, k = experts.shape
     num_experts = check.integer("num_experts", num_experts)
+    if experts.size and not 0 <= experts.min() <= experts.max() < num_experts:
+        raise ArgumentError(f"experts holds {experts.min()} to {experts.max()}; each must be an "
+                            f"expert's index, 0 to num_experts - 1 = {num_experts - 1}.")
     capacity = check.integer("capacity", capacity, minimum=0)
     groups = _groups(t, groups)
     s = t // groups
@@ -169,7 +174,8 @@ def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) 
     return (position < capacity).reshape(groups, k, s).transpose(0, 2, 1).reshape(t, k)
 
 
-def route(logits: np.ndarray, top_k_: int, capacity_factor: float, groups: int = 1,
+def route(logits: ArrayOf(2, finite=True), top_k_: int, capacity_factor: Positive,
+          groups: int = 1,
           order: str = "before") -> Routing:
     """Top-k choices, gates and the GShard drop rule for ``logits[T, E]`` split into groups."""
     logits = _logits(logits)
@@ -182,7 +188,8 @@ def route(logits: np.ndarray, top_k_: int, capacity_factor: float, groups: int =
     return Routing(experts, gates, keep(experts, e, c, groups), probs, c, groups)
 
 
-def aux_loss(probs: np.ndarray, experts: np.ndarray, weight: float = 0.01) -> float:
+def aux_loss(probs: ArrayOf(2, finite=True), experts: ArrayOf(2, integer=True),
+             weight: float = 0.01) -> float:
     """Switch's load-balancing loss λ · E · Σ_i f_i · P_i (λ = ``weight``; α is latency here).
 
     ``f_i``: the fraction of the T·k token-choices routed to expert i (before dropping; for k = 1
@@ -199,7 +206,7 @@ def aux_loss(probs: np.ndarray, experts: np.ndarray, weight: float = 0.01) -> fl
     return float(weight * e * np.sum(f * probs.mean(0)))
 
 
-def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: int = 0) -> np.ndarray:
+def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: Seed = 0) -> np.ndarray:
     """A synthetic router's logits: noise plus ``skew`` times a preference that falls linearly
     from expert 0 to expert E-1 (skew 0: balanced on average)."""
     tokens, experts = check.integer("tokens", tokens), check.integer("experts", experts)
@@ -271,8 +278,8 @@ class Plan:
         return cost.estimate(self.flops_per_device, self.collectives(), system)
 
 
-def plan(tokens: int, experts: int, top_k: int, capacity_factor: float, devices: int,
-         hidden: int = 16, ffn: int = 32, dtype="float32") -> Plan:
+def plan(tokens: int, experts: int, top_k: int, capacity_factor: Positive, devices: Devices,
+         hidden: int = 16, ffn: int = 32, dtype: Dtype = "float32") -> Plan:
     """Per-device shapes and bytes of an expert-parallel MoE layer.
 
     Raises:

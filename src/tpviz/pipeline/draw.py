@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from tpviz.core.figures import SMALL_PT, TITLE_PT, Animation, frame, gif, palette, text_colour
 from tpviz.core.figures import figure as column_figure
-from tpviz.core.kinds import Axes
+from tpviz.core.kinds import DRAWN, Axes, Index, Size
 from tpviz.pipeline.simulate import Timeline, releasing_kind
 
 IDLE = "#e6e6e6"
@@ -49,7 +49,7 @@ def gantt(t: Timeline, ax: Axes | None = None, title: str | None = None,
     return ax.figure
 
 
-def time_axes(ax, t: Timeline) -> None:
+def time_axes(ax: Axes, t: Timeline) -> None:
     """The axes every Gantt chart shares: devices down, time across, idle time grey."""
     stages = t.schedule.stages
     ax.set_facecolor(IDLE)
@@ -104,7 +104,7 @@ def _raster(ax, t: Timeline, shades: dict, width: int = 1600) -> None:
               interpolation="nearest")
 
 
-def held_over_time(t: Timeline, device: int) -> tuple[np.ndarray, np.ndarray]:
+def held_over_time(t: Timeline, device: Index) -> tuple[np.ndarray, np.ndarray]:
     """(times, microbatches held) as a step function: +1 when an F starts, -1 when the op that
     releases the activations (B, or W when split) ends."""
     release = releasing_kind(t.schedule.has_weight_ops)
@@ -137,7 +137,8 @@ def memory(t: Timeline, ax: Axes | None = None) -> Figure:
     return ax.figure
 
 
-def animate(t: Timeline, frames: int = 24, ms_per_frame: int = 250) -> Animation:
+def animate(t: Timeline, frames: Size(240, DRAWN) = 24,
+            ms_per_frame: Size(60_000, "a minute a frame") = 250) -> Animation:
     """The Gantt chart revealed over time: a cursor sweeps left to right, hiding the future."""
     fig = gantt(t)
     canvas = FigureCanvasAgg(fig)

@@ -16,7 +16,7 @@ from itertools import accumulate, chain, repeat
 from operator import itemgetter
 
 from tpviz.core import validate
-from tpviz.core.kinds import Items, Positive, Time
+from tpviz.core.kinds import Index, Items, Positive, Time
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import versions as _versions
 from tpviz.pipeline.ops import Op, Schedule, no_gc
@@ -45,11 +45,11 @@ class Timeline:
         :func:`steady_state` (the same op times, 8 steps)."""
         return steady_state(self.schedule, durations=self.durations).bubble_fraction
 
-    def work(self, device: int) -> float:
+    def work(self, device: Index) -> float:
         """Compute time of one device (the sum of its ops)."""
         return sum(e - s for _, s, e in self.spans(device))
 
-    def spans(self, device: int) -> list[tuple[Op, float, float]]:
+    def spans(self, device: Index) -> list[tuple[Op, float, float]]:
         """(op, start, end) of every op of one device, in order."""
         ops, k = self.schedule.ops[device], self.stage_costs[device] if self.stage_costs else 1
         return [(op, s, s + k * self.durations[op.kind])
