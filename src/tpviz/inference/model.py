@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tpviz.core.kinds import Callback, Index, Numbers
+
 MASKED = -1e30  # a finite "minus infinity": exp() of it is 0, and no NaN from (-inf) - (-inf)
 
 
@@ -75,18 +77,18 @@ def empty_cache(config: Config) -> dict:
     return {"k": np.zeros(shape, np.float32), "v": np.zeros(shape, np.float32)}
 
 
-def rms(x, weight):
+def rms(x: Numbers, weight: Numbers):
     """RMS norm over the last axis."""
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * weight
 
 
-def mlp(h, w1, w3, w2):
+def mlp(h: Numbers, w1: Numbers, w3: Numbers, w2: Numbers):
     """SwiGLU: ``(silu(h W_1) ⊙ h W_3) W_2`` (with W_1, W_3 column blocks and W_2 a row block
     inside tensor parallelism: a partial sum)."""
     return (jax.nn.silu(h @ w1) * (h @ w3)) @ w2
 
 
-def attend(q, k, v, valid):
+def attend(q: Numbers, k: Numbers, v: Numbers, valid: Numbers):
     """Grouped-query attention of one new token per sequence over a block of cached positions.
 
     ``q[B, n_h, d_h]``; ``k, v[B, s, m, d_h]`` with ``m`` key/value heads (n_h a multiple of
@@ -104,7 +106,7 @@ def attend(q, k, v, valid):
     return o.reshape(b, n, d), lse.reshape(b, n)
 
 
-def decode_step(params: dict, cache: dict, tokens, pos, config: Config):
+def decode_step(params: dict, cache: dict, tokens: Numbers, pos: Numbers, config: Config):
     """One token for each of B sequences on one device: ``tokens[B]`` at position ``pos``
     (a scalar). Returns the logits ``[B, V]`` and the cache with this token's keys and
     values written at ``pos``."""
@@ -130,7 +132,7 @@ def decode_step(params: dict, cache: dict, tokens, pos, config: Config):
     return logits, {"k": jnp.stack(ks), "v": jnp.stack(vs)}
 
 
-def prefill(params: dict, prompt, config: Config):
+def prefill(params: dict, prompt: Numbers, config: Config):
     """The prompt ``[B, P]`` in one pass with causal attention: the logits of its last token
     ``[B, V]`` and the cache with positions ``0 … P-1`` written (the rest zero)."""
     c = config
@@ -163,7 +165,8 @@ def prompt_tokens(config: Config, seed: int = 0) -> np.ndarray:
     return rng.integers(0, config.vocab, (config.batch, config.prompt)).astype(np.int32)
 
 
-def generate(step, params, cache, tokens, start: int, steps: int):
+def generate(step: Callback, params: dict, cache: dict, tokens: Numbers, start: Index,
+             steps: int):
     """Greedy decoding: ``steps`` calls of ``step(params, cache, tokens, pos)`` from position
     ``start``. Returns the logits of each step and the tokens chosen, as host arrays."""
     logits, chosen = [], []

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 
 from tpviz.core import validate
+from tpviz.core.kinds import Any_, Numbers, Sizes
 from tpviz.errors import ArgumentError
 from tpviz.inference.model import attend
 
@@ -38,7 +39,7 @@ class BlockTable:
         self.block = validate.integer("block", self.block, maximum=10**6)
         self.free = list(range(self.blocks))[::-1]  # pop() hands out 0, 1, 2, …
 
-    def append(self, request, tokens: int = 1) -> None:
+    def append(self, request: Any_, tokens: int = 1) -> None:
         """Add ``tokens`` tokens to ``request`` (a new one starts empty), taking a new block
         whenever its last one is full.
 
@@ -55,7 +56,7 @@ class BlockTable:
             table.append(self.free.pop())
         self.lengths[request] = have
 
-    def release(self, request) -> None:
+    def release(self, request: Any_) -> None:
         """Give a finished request's blocks back."""
         self.free.extend(reversed(self.tables.pop(request)))
         self.lengths.pop(request)
@@ -88,7 +89,7 @@ class Paging:
         return self.contiguous / self.paged
 
 
-def simulate(lengths, max_tokens: int, block: int = 16) -> Paging:
+def simulate(lengths: Sizes(), max_tokens: int, block: int = 16) -> Paging:
     """Grow the requests side by side to their lengths (prompt and output), ``block`` tokens
     per round, in a :class:`BlockTable`, and count the slots against a contiguous cache of
     ``max_tokens`` per request."""
@@ -109,7 +110,7 @@ def simulate(lengths, max_tokens: int, block: int = 16) -> Paging:
     return Paging(sum(lengths), len(lengths) * max_tokens, table.used * block)
 
 
-def paged_attention(q, k_pool, v_pool, table, length: int):
+def paged_attention(q: Numbers, k_pool: Numbers, v_pool: Numbers, table: Numbers, length: int):
     """Attention of one request's new token over its cache read through its block table.
 
     ``q[1, n_h, d_h]``; ``k_pool, v_pool[blocks, block, n_kv, d_h]`` every request's blocks;

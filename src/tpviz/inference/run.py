@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tpviz.core.kinds import JaxMesh, Numbers
 from tpviz.inference.model import Config, attend, mlp, rms
 
 AXIS = "model"
@@ -38,7 +39,7 @@ def slots(config: Config, devices: int) -> int:
     return max(config.kv_heads, devices)
 
 
-def combine_across(o, lse, axis: str = AXIS):
+def combine_across(o: Numbers, lse: Numbers, axis: str = AXIS):
     """Merge each device's attention over its part of the context (inside ``shard_map``).
 
     ``o[B, n_h, d_h]`` normalised and ``lse[B, n_h]`` on device i. With ``m = max_i lse_i``
@@ -147,7 +148,8 @@ def expand(params: dict, cache: dict, config: Config, devices: int) -> tuple[dic
     return out, {k: jnp.repeat(v, r, axis=3) for k, v in cache.items()}
 
 
-def place(scheme: str, mesh, params: dict, cache: dict, config: Config) -> tuple[dict, dict]:
+def place(scheme: str, mesh: JaxMesh, params: dict, cache: dict, config: Config
+          ) -> tuple[dict, dict]:
     """The weights and cache on the mesh, split as ``scheme`` says."""
     n = mesh.shape[AXIS]
     if scheme == "heads":
@@ -157,7 +159,7 @@ def place(scheme: str, mesh, params: dict, cache: dict, config: Config) -> tuple
             {k: jax.device_put(v, NamedSharding(mesh, kv[k])) for k, v in cache.items()})
 
 
-def program(scheme: str, mesh, config: Config):
+def program(scheme: str, mesh: JaxMesh, config: Config):
     """The jitted sharded step ``(params, cache, tokens, pos) -> (logits, cache)``; the cache
     is donated, so the step writes it in place."""
     w, kv = specs(scheme)
