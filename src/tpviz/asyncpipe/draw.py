@@ -8,9 +8,10 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from tpviz.asyncpipe.stale import Curve
 from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
 from tpviz.core.figures import figure as column_figure
-from tpviz.core.kinds import Axes, Size
+from tpviz.core.kinds import Axes, Numbers, OneOf, Size
 from tpviz.pipeline.draw import IDLE, time_axes
 from tpviz.pipeline.simulate import Timeline
 
@@ -22,9 +23,9 @@ def version_colours(versions: Size(4096, "more colours cannot be told apart")) -
     return np.array([to_rgb(c) for c in palette(min(max(versions, 1), 10))])
 
 
-def op_colour(base: np.ndarray, kind: str) -> np.ndarray:
+def op_colour(base: Numbers, kind: OneOf(SHADE)) -> np.ndarray:
     """The colour(s) ``base`` of a version, shaded for the op's kind."""
-    k = SHADE[kind]
+    k, base = SHADE[kind], np.asarray(base, float)
     return base + (1 - base) * k if k >= 0 else base * (1 + k)
 
 
@@ -90,7 +91,8 @@ def gantt_versions(t: Timeline, ax: Axes | None = None, labels: bool | None = No
     return ax.figure
 
 
-def losses(curves: dict, ax: Axes | None = None, title: str = "", legend: bool = True) -> Figure:
+def losses(curves: dict[str, Curve], ax: Axes | None = None, title: str = "",
+           legend: bool = True) -> Figure:
     """Loss of the current weights after every step, one colour per run (log scale): the
     median over the seeds as a line, the band from the lowest to the highest seed shaded."""
     if ax is None:
@@ -113,7 +115,7 @@ def losses(curves: dict, ax: Axes | None = None, title: str = "", legend: bool =
     return ax.figure
 
 
-def curves_side_by_side(results: dict, title: str = "") -> Figure:
+def curves_side_by_side(results: dict[float, dict[str, Curve]], title: str = "") -> Figure:
     """One panel per learning rate of :func:`tpviz.asyncpipe.stale.train`'s result, side by
     side (median over seeds, min-max band), and one legend below them."""
     fig = column_figure(4.6, layout="constrained")

@@ -61,7 +61,10 @@ def paper_bubble(name: str, p: int, m: int) -> float:
     if name in ("1f1b", "pipedream", "2bw", "pipemare", "ampnet"):
         return (p - 1) / (m + p - 1)
     if name == "chimera":
-        return (p - 2) / (2 * m + p - 2) if m % p == 0 else float("nan")
+        if m % p:
+            raise ScheduleError(f"paper_bubble: Chimera's formula (p - 2)/(2m + p - 2) holds for "
+                                f"m a multiple of p; got p = {p}, m = {m}.")
+        return (p - 2) / (2 * m + p - 2)
     if name in ("zb-h2", "zb-v"):
         return 0.0
     if name == "zb-h1":
@@ -84,7 +87,8 @@ def row(name: str, p: int, m: int) -> Row:
     sched = schedule(name, p, m)
     t = simulate(sched, *times)
     source, bubble, stale, copies = FORMULAS[name]
-    return Row(name, source, bubble, paper_bubble(name, p, m), t.bubble_fraction,
+    paper = float("nan") if name == "chimera" and m % p else paper_bubble(name, p, m)
+    return Row(name, source, bubble, paper, t.bubble_fraction,
                steady_state(sched, *times).bubble_fraction, t.makespan - t.work(0), stale,
                t.staleness, copies, t.weight_copies, t.peak_activations)
 

@@ -64,6 +64,9 @@ class Curve:
 
     def seed(self, seed: Index) -> np.ndarray:
         """The loss curve of one seed."""
+        if seed not in self.seeds:
+            raise ArgumentError(f"seed = {seed!r} was not run; this curve's seeds are "
+                                f"{list(self.seeds)}.")
         return self.losses[self.seeds.index(seed)]
 
 
@@ -201,6 +204,10 @@ def train(labels: Items = tuple(RUNS), steps: int = 300, lrs: Items = (0.05, 0.2
             if run is None:
                 run = _compiled(mesh, momentum, args)
             losses[key, seed] = verify.host(run(*args), np.float32)[0, 0]
+            if not np.isfinite(losses[key, seed]).all():
+                raise ArgumentError(f"train: the run {key[1]!r} at lr = {key[0]:g} (seed {seed}) "
+                                    f"diverged to NaN or infinity; use a smaller learning rate "
+                                    f"(the chapter's are 0.05 and 0.2).")
     out = Runs({lr: {} for lr in lrs})
     out.program = run
     for (lr, label), t in table.items():
@@ -266,7 +273,10 @@ def _rates(lrs) -> tuple[float, ...]:
     if isinstance(lrs, str) or not hasattr(lrs, "__iter__"):
         raise ArgumentTypeError(f"lrs must be a tuple of learning rates such as (0.05, 0.2), "
                                 f"got {lrs!r}.")
-    lrs = tuple(validate.number("lrs[i]", x, positive=True) for x in lrs)
+    lrs = tuple(validate.number(f"lrs[{i}]", x, positive=True) for i, x in enumerate(lrs))
+    if max(lrs, default=0) > 10:
+        raise ArgumentError(f"lrs = {lrs}: a learning rate above 10 makes this MLP's SGD "
+                            f"diverge at once (the chapter's are 0.05 and 0.2).")
     if not lrs or len(set(lrs)) != len(lrs):
         raise ArgumentError(f"lrs must hold one or more different learning rates, got {lrs}.")
     return lrs

@@ -35,7 +35,7 @@ from tpviz.autoshard.solve import (
 )
 from tpviz.autoshard.stages import Stages, brute_stages, stages
 from tpviz.autoshard.strategies import Strategy, layouts, reshard, strategies
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 
 __all__ = ["Builder", "Graph", "Op", "Problem", "Run", "Solution", "Stages", "Strategy",
            "brute_force", "brute_stages", "data_parallel", "draw", "execute",

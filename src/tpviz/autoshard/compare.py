@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.autoshard.graph import Graph, mlp
+from tpviz.autoshard.graph import OPS, Graph, mlp
 from tpviz.autoshard.solve import (
     Problem,
     Solution,
@@ -22,7 +22,7 @@ from tpviz.autoshard.solve import (
     solve,
 )
 from tpviz.core.cost import System
-from tpviz.core.kinds import MeshShape
+from tpviz.core.kinds import MeshShape, Size
 from tpviz.errors import ArgumentError
 
 COLUMN, ROW, FOLLOW = ("w1", "qkv"), ("w2", "out"), ("gelu", "attn")
@@ -98,7 +98,8 @@ def is_megatron(solution: Solution) -> bool:
                for s in solution.choice.values() if s.weight_spec is not None)
 
 
-def switch_batch(hidden: int, ffn: int, mesh_shape: MeshShape, system: System, layers: int = 1,
+def switch_batch(hidden: int, ffn: int, mesh_shape: MeshShape, system: System,
+                 layers: Size(64, OPS) = 1,
                  largest: int = 2**24) -> int:
     """The smallest batch (a multiple of the device count) at which the solver picks data
     parallelism for the MLP, by bisection (the choice flips once as the batch grows).

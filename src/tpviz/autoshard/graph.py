@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 from tpviz.core import layout
 from tpviz.core import validate as check
-from tpviz.core.kinds import Dtype
+from tpviz.core.kinds import Dtype, OneOf, Size
 from tpviz.errors import ArgumentError, ShardingError
 
 KINDS = {"matmul": ("matmul",), "elementwise": ("gelu", "add", "heads"), "reduction": ("sum",)}
+OPS = "each layer adds ops to the graph the solver works through"
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class Op:
     """
 
     name: str
-    kind: str
-    fn: str
+    kind: OneOf(KINDS)
+    fn: OneOf(("matmul", "gelu", "add", "heads", "sum"))
     inputs: tuple[str, ...]
     in_shapes: tuple[tuple[int, int], ...]
     shape: tuple[int, int]
@@ -177,6 +178,9 @@ class Builder:
         return self._add(name, "elementwise", "gelu", [x], self.shapes.get(x, (0, 0)))
 
     def add(self, name: str, a: str, b: str) -> str:
+        for i in (a, b):
+            if i not in self.shapes:
+                raise ArgumentError(f"op {name!r} reads {i!r}, which is not defined before it.")
         if self.shapes.get(a) != self.shapes.get(b):
             raise ShardingError(f"add {name!r}: {a} is {self.shapes.get(a)} but {b} is "
                                 f"{self.shapes.get(b)}; an element-wise add needs equal shapes.")
@@ -203,7 +207,8 @@ class Builder:
                      {k: self.dims[k] for k in self.inputs})
 
 
-def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype: Dtype = "float32") -> Graph:
+def mlp(batch: int, hidden: int, ffn: int, layers: Size(64, OPS) = 1, dtype: Dtype = "float32"
+        ) -> Graph:
     """``layers`` MLP blocks, each ``matmul [B, H]·[H, F] → gelu → matmul [B, F]·[F, H]``.
 
     Raises:
@@ -219,7 +224,7 @@ def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype: Dtype = "floa
     return g.graph()
 
 
-def transformer(tokens: int, hidden: int, ffn: int, heads: int, layers: int = 1,
+def transformer(tokens: int, hidden: int, ffn: int, heads: int, layers: Size(64, OPS) = 1,
                 dtype: Dtype = "float32") -> Graph:
     """``layers`` transformer blocks (8 ops each): ``qkv`` matmul ``[B, H]·[H, 3H]``, the
     head-local attention core, ``out`` matmul ``[H, H]``, residual add, MLP (``w1``, gelu,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,8 +28,8 @@ from tpviz.autoshard.graph import Graph, Op
 from tpviz.autoshard.strategies import GRADIENT_SYNC, Strategy, reshard, strategies
 from tpviz.core import cost
 from tpviz.core import validate as check
-from tpviz.core.collectives import Collectives
-from tpviz.core.kinds import Any_, Bytes, Indices, Items, MeshShape
+from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import Bytes, Callback, Indices, MeshShape
 from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError, SolverError
 
 
@@ -67,15 +68,24 @@ class Problem:
     edge: tuple[np.ndarray, ...]  # per edge: [producer strategy, consumer strategy]
     memory: tuple[np.ndarray, ...]  # per op: bytes per device of each strategy
 
-    def time(self, collectives: Items) -> float:  # each priced on the system's torus or nodes
+    def _fits(self, choice) -> None:
+        if len(choice) != len(self.options) or any(
+                not 0 <= i < len(o) for i, o in zip(choice, self.options, strict=True)):
+            raise ArgumentError(f"choice = {tuple(choice)} must give one strategy index per op "
+                                f"({len(self.options)}), each below its op's number of "
+                                f"strategies {tuple(map(len, self.options))}.")
+
+    def time(self, collectives: Sequence[Collective]) -> float:  # on the system's network
         return sum(self.system.price(c).seconds for c in collectives)
 
     def cost(self, choice: Indices) -> float:
         """Seconds per step of one strategy index per op."""
+        self._fits(choice)
         return float(sum(self.node[v][i] for v, i in enumerate(choice)) + sum(
             self.edge[k][choice[u], choice[v]] for k, (u, v, _) in enumerate(self.edges)))
 
     def bytes(self, choice: Indices) -> int:
+        self._fits(choice)
         return int(sum(self.memory[v][i] for v, i in enumerate(choice)))
 
 
@@ -271,7 +281,7 @@ def brute_force(graph: Graph, mesh_shape: MeshShape, system: cost.System,
     return solution(p, best)
 
 
-def fixed(graph: Graph, mesh_shape: MeshShape, system: cost.System, pick: Any_) -> Solution:
+def fixed(graph: Graph, mesh_shape: MeshShape, system: cost.System, pick: Callback) -> Solution:
     """The solution where ``pick(op, strategies)`` names each op's strategy (by notation or
     index), e.g. data parallelism or Megatron, for comparison with the solver's choice.
 
@@ -281,7 +291,7 @@ def fixed(graph: Graph, mesh_shape: MeshShape, system: cost.System, pick: Any_) 
     return fixed_problem(problem(graph, mesh_shape, system), pick)
 
 
-def fixed_problem(p: Problem, pick: Any_) -> Solution:
+def fixed_problem(p: Problem, pick: Callback) -> Solution:
     """:func:`fixed` for a problem already tabulated. Shared inputs take the layout cheapest for
     their readers' picks."""
     choice: list[int] = []
@@ -295,6 +305,9 @@ def fixed_problem(p: Problem, pick: Any_) -> Solution:
             if want not in names:
                 raise ArgumentError(f"op {op.name!r} has no strategy {want!r}; it has {names}.")
             want = names.index(want)
+        if isinstance(want, bool) or not isinstance(want, int) or not 0 <= want < len(names):
+            raise ArgumentError(f"pick chose {want!r} for op {op.name!r}; give one of its "
+                                f"strategies {names} or an index below {len(names)}.")
         choice.append(int(want))
     for v, op in enumerate(p.ops):
         if op.kind == "input":

@@ -17,7 +17,7 @@ from tpviz.collectives.run import (
 )
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collective, Collectives
-from tpviz.core.kinds import Any_, JaxMesh, Numbers, Rate
+from tpviz.core.kinds import ArrayOf, Floats, JaxMesh, Numbers, Rate
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ def gradient_all_reduce(params, devices: int) -> Collective:
     return Collective("all-reduce", nbytes, devices, what="the gradients")
 
 
-def check_dp(mesh: JaxMesh, params: Any_, x: Numbers, y: Numbers, lr: Rate = 0.1) -> DPCheck:
+def check_dp(mesh: JaxMesh, params: dict[str, Floats], x: ArrayOf("B I"), y: ArrayOf("B O"),
+             lr: Rate = 0.1) -> DPCheck:
     """Both data-parallel steps against the single-device step on the whole batch, and their
     compiled collectives against one all-reduce of the gradients.
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpviz.collectives.plan import CollectivePlan
-from tpviz.core.kinds import Index, Numbers
+from tpviz.collectives.plan import OPS, CollectivePlan
+from tpviz.core.kinds import ArrayOf, Index, OneOf
 from tpviz.errors import ArgumentError
 
 
-def replay(p: CollectivePlan, inputs: Numbers, upto: Index | None = None) -> np.ndarray:
+def replay(p: CollectivePlan, inputs: ArrayOf("N n"), upto: Index | None = None) -> np.ndarray:
     """Run the plan's sends on arrays and return every device's final array.
 
     Args:
@@ -50,11 +50,13 @@ def replay(p: CollectivePlan, inputs: Numbers, upto: Index | None = None) -> np.
     return state.reshape(state.shape[0], -1)
 
 
-def expected(op: str, inputs: Numbers) -> np.ndarray:
+def expected(op: OneOf(OPS), inputs: ArrayOf("N n")) -> np.ndarray:
     """What a collective should leave on each device (reduce-scatter: chunk i on device i, the
     rest NaN), computed directly with NumPy."""
     x = np.asarray(inputs, dtype=np.float64)
     k = x.shape[0]
+    if x.shape[1] % k:
+        raise ArgumentError(f"inputs of shape {x.shape}: give [N, n], n divisible by N = {k}.")
     chunks = x.reshape(k, k, -1)
     if op == "all-reduce":
         return np.broadcast_to(x.sum(0), x.shape).copy()

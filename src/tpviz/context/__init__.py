@@ -23,7 +23,7 @@ from tpviz.context.run import (
     ulysses_attention,
     with_gradients,
 )
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.errors import ShardingError
 
 __all__ = ["AXIS", "LAYOUTS", "SCHEMES", "Checked", "attention", "balance", "block_attention",

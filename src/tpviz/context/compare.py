@@ -18,12 +18,14 @@ sending the block, 2·B·(S/N)·H bytes: when S/N ≥ R·b / (2·W) tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tpviz.context.plan import check_sizes, plan
 from tpviz.core import validate
+from tpviz.core.collectives import Collective
 from tpviz.core.cost import SYSTEMS, System
-from tpviz.core.kinds import Amount, Devices, Dtype, Items, Time
+from tpviz.core.kinds import Amount, Devices, Dtype, Time
 from tpviz.core.layout import dtype_size
 
 
@@ -34,7 +36,7 @@ def _system(system) -> System:
     return SYSTEMS[validate.choice("system", system, SYSTEMS)]
 
 
-def price(collectives: Items, system: System) -> Time:
+def price(collectives: Sequence[Collective], system: System) -> Time:
     """Seconds to run ``collectives`` on ``system``, each priced by the book's hardware model
     (:meth:`tpviz.core.cost.System.price`: the torus or the GPU nodes and their links, latency
     included). The one place this topic prices communication."""

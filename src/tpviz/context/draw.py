@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -9,7 +11,7 @@ from tpviz.context.compare import layer
 from tpviz.context.plan import SCHEMES
 from tpviz.core.figures import SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
-from tpviz.core.kinds import Devices, Sizes
+from tpviz.core.kinds import Devices
 
 
 def balance(flops: dict[str, list[float]]) -> Figure:
@@ -29,7 +31,7 @@ def balance(flops: dict[str, list[float]]) -> Figure:
     return fig
 
 
-def scaling(sequences: Sizes(), heads: int, hidden: int, devices: Devices,
+def scaling(sequences: Sequence[int], heads: int, hidden: int, devices: Devices,
             system: str = "H100 (NVLink)",
             causal: bool = True) -> Figure:
     """Per layer and device, against the sequence: bytes sent, exposed communication time and

@@ -29,7 +29,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tpviz.context.plan import AXIS, zigzag_order
-from tpviz.core.kinds import AxisOf, Callback, JaxMesh, Numbers
+from tpviz.core.kinds import ArrayOf, AxisOf, Callback, JaxMesh, Keys, Numbers
 from tpviz.errors import ShardingError
 from tpviz.megatron import column_parallel, layer_norm, row_parallel
 
@@ -38,8 +38,8 @@ MASKED = -1e30  # a finite "minus infinity": exp() of it is 0, and no NaN from (
 
 # --- attention of one block, and the online-softmax combine ----------------------------------
 
-def block_attention(q: Numbers, k: Numbers, v: Numbers, q_pos: Numbers | None = None,
-                    k_pos: Numbers | None = None):
+def block_attention(q: ArrayOf("B Q N D"), k: ArrayOf("B K N D"), v: ArrayOf("B K N D"),
+                    q_pos: ArrayOf("Q") | None = None, k_pos: ArrayOf("K") | None = None):
     """Softmax attention of the queries ``q[B, c_q, n, d]`` over one key/value block
     ``k, v[B, c_k, n, d]``: the normalised output ``o[B, c_q, n, d]`` and the log-sum-exp
     ``lse[B, c_q, n]`` of the scores. With positions given, a key attends only where
@@ -52,7 +52,7 @@ def block_attention(q: Numbers, k: Numbers, v: Numbers, q_pos: Numbers | None = 
     return o, lse.transpose(0, 2, 1)  # o: [B, c_q, n, d], lse: [B, c_q, n]
 
 
-def combine(o1: Numbers, lse1: Numbers, o2: Numbers, lse2: Numbers):
+def combine(o1: ArrayOf("... D"), lse1: Numbers, o2: ArrayOf("... D"), lse2: Numbers):
     """Merge the attention of the same queries over two key blocks (FlashAttention's online
     softmax): ``lse = log(e^lse1 + e^lse2)``, ``o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2``."""
     if not (jnp.shape(o1) == jnp.shape(o2) and jnp.shape(lse1) == jnp.shape(lse2)
@@ -64,7 +64,8 @@ def combine(o1: Numbers, lse1: Numbers, o2: Numbers, lse2: Numbers):
     return (o1 * jnp.exp(lse1 - lse)[..., None] + o2 * jnp.exp(lse2 - lse)[..., None]), lse
 
 
-def attention(q: Numbers, k: Numbers, v: Numbers, causal: bool = False):
+def attention(q: ArrayOf("B S N D"), k: ArrayOf("B S N D"), v: ArrayOf("B S N D"),
+              causal: bool = False):
     """Full softmax attention on one device (the reference): ``[B, S, n_h, d_h]`` in and out."""
     pos = jnp.arange(q.shape[1]) if causal else None
     return block_attention(q, k, v, pos, pos)[0]
@@ -82,7 +83,8 @@ def positions(me, n: int, chunk: int, layout: str):
                             jnp.arange(half)])
 
 
-def ring_attention(q: Numbers, k: Numbers, v: Numbers, axis: str = AXIS, causal: bool = False,
+def ring_attention(q: ArrayOf("B S N D"), k: ArrayOf("B S N D"), v: ArrayOf("B S N D"),
+                   axis: str = AXIS, causal: bool = False,
                    layout: str = "contiguous"):
     """One device's part of ring attention (call inside ``shard_map``).
 
@@ -132,7 +134,8 @@ def _zigzag_step(q, kv, o, lse, src, me):
 
 # --- Ulysses -------------------------------------------------------------------------------
 
-def ulysses_attention(q: Numbers, k: Numbers, v: Numbers, axis: str = AXIS,
+def ulysses_attention(q: ArrayOf("B S N D"), k: ArrayOf("B S N D"), v: ArrayOf("B S N D"),
+                      axis: str = AXIS,
                       causal: bool = False):
     """One device's part of DeepSpeed-Ulysses (call inside ``shard_map``).
 
@@ -147,7 +150,8 @@ def ulysses_attention(q: Numbers, k: Numbers, v: Numbers, axis: str = AXIS,
 
 # --- Megatron sequence parallelism ---------------------------------------------------------
 
-def sequence_parallel_block(x: Numbers, params: dict, head_dim: int, axis: str | None = AXIS,
+def sequence_parallel_block(x: ArrayOf("B S H"), params: Keys(*SPECS, dims=DIMS), head_dim: int,
+                            axis: str | None = AXIS,
                             causal: bool = False):
     """``x + Attn(LN(x)) W_O`` with Megatron's sequence parallelism (inside ``shard_map``):
     ``x[B, S/N, H]``; layer norm on the sequence shard; all-gather along the sequence
@@ -168,6 +172,7 @@ def sequence_parallel_block(x: Numbers, params: dict, head_dim: int, axis: str |
 
 
 SPECS = {"wq": P(None, AXIS), "wk": P(None, AXIS), "wv": P(None, AXIS), "wo": P(AXIS, None)}
+DIMS = {"wq": "H Q", "wk": "H Q", "wv": "H Q", "wo": "Q H"}  # the weights' named dimensions
 
 
 # --- programs ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@
 """
 
 from tpviz.core import collectives, compiled, cost, figures, hardware, layout, notation, verify
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 
 __all__ = ["collectives", "compiled", "cost", "figures", "hardware", "layout", "notation",
            "verify"]

@@ -137,8 +137,18 @@ class Collectives(list):
         return str(self)
 
 
+def _fit(head, rows) -> None:
+    from tpviz.errors import ArgumentError
+
+    for i, r in enumerate(rows):
+        if not isinstance(r, tuple | list) or len(r) != len(head):
+            raise ArgumentError(f"rows[{i}] = {r!r} must be a tuple of {len(head)} cells, one "
+                                f"per column of head.")
+
+
 def text_table(head: tuple[str, ...], rows: list[tuple]) -> str:
     """Columns padded to their widest cell, a rule under the header."""
+    _fit(head, rows)
     cells = [tuple(map(str, r)) for r in [head, *rows]]
     width = [max(len(r[i]) for r in cells) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
@@ -147,6 +157,8 @@ def text_table(head: tuple[str, ...], rows: list[tuple]) -> str:
 
 def html_table(head: tuple[str, ...], rows: list[tuple], cell: Callback | None = None) -> str:
     """An HTML table; integers get thousands separators, ``cell`` formats other values."""
+    _fit(head, rows)
+
     def fmt(v) -> str:
         return f"{v:,}" if isinstance(v, int) else cell(v) if cell else str(v)
 

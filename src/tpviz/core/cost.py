@@ -19,13 +19,15 @@ line, and gathers at half the bandwidth of a ring). A GPU group is priced on its
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from tpviz.core import hardware as hw
+from tpviz.core.collectives import Collective
 from tpviz.core.hardware.gpu import NCCL_BASE, GpuCluster, GpuSystem
 from tpviz.core.hardware.tpu import TpuSlice, TpuSystem
-from tpviz.core.kinds import Amount, Any_, Devices, Items, Sizes, SystemLike
+from tpviz.core.kinds import Amount, Any_, Devices, Sizes, SystemLike
 
 
 @dataclass(frozen=True)
@@ -96,13 +98,13 @@ class System:
         placement = tuple((name, (a,) if not isinstance(a, tuple | list) else tuple(a))
                           for name, a in axes.items())
         used = [a for _, t in placement for a in t]
-        if (len(set(used)) != len(used) or
-                any(not isinstance(a, int) or not 0 <= a < len(shape) for a in used)):
+        if (any(not isinstance(a, int) or not 0 <= a < len(shape) for a in used)
+                or len(set(used)) != len(used)):
             raise ArgumentError(f"axes = {dict(placement)} must name each torus axis of "
                                 f"{shape} (0 to {len(shape) - 1}) at most once.")
         return replace(self, slice=shape, placement=placement)
 
-    def price(self, collective: Any_, per_node: int | None = None) -> hw.Price:
+    def price(self, collective: Collective, per_node: int | None = None) -> hw.Price:
         """The :class:`tpviz.core.hardware.Price` of a :class:`Collective` on this system; a
         GPU group has ``per_node`` devices in each node (default: packed). On a TPU slice
         (:meth:`on_slice`) the collective's mesh axes say which torus axes it runs on."""
@@ -228,7 +230,7 @@ def system(value: Any_, name: str = "system") -> System:
 _system = system  # for the functions below, whose argument is also called ``system``
 
 
-def estimate(flops: Amount, collectives: Items, system: SystemLike) -> Estimate:
+def estimate(flops: Amount, collectives: Sequence[Collective], system: SystemLike) -> Estimate:
     """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each
     priced by :meth:`System.price` (groups packed into nodes)."""
     system = _system(system)

@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
-from tpviz.core.kinds import Any_, Axes, Colour, Inches, Indices, Size
+from tpviz.core.kinds import Axes, Colour, Inches, Indices, KeywordsOf, Size
 from tpviz.errors import ShardingError
 
 #: the book's text column is 656-672 px wide at a 1280-px window: a figure this many inches
@@ -29,7 +29,7 @@ SMALL_PT = 9
 TITLE_PT = 10
 
 
-def figure(height: Inches, width: Inches = COLUMN_IN, **kwargs: Any_) -> Figure:
+def figure(height: Inches, width: Inches = COLUMN_IN, **kwargs: KeywordsOf(Figure)) -> Figure:
     """A matplotlib Figure (outside pyplot) at most the column's width, at :data:`DPI`."""
     return Figure(figsize=(min(width, COLUMN_IN), height), dpi=DPI, **kwargs)
 

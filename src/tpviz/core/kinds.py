@@ -17,145 +17,24 @@ Python object")``, ``name: OneOf(NAMES)``, ``t_f: Time``, ``axis: AxisOf("mesh")
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Annotated
 
-from tpviz.core import validate as v
-from tpviz.core.rules import EXACT, Array, Choice, Either, FlagRule, Int, Real, Rule, Seq, Text
-from tpviz.errors import ArgumentTypeError
-
-
-class MeshRule(Rule):
-    """A ``jax.sharding.Mesh`` (from ``tpviz.make_mesh``)."""
-
-    __slots__ = ()
-    what = "a jax Mesh"
-
-    def check(self, name, value, error):
-        if not (hasattr(value, "axis_names") and hasattr(value, "devices")):
-            raise ArgumentTypeError(f"{name} must be a jax Mesh (e.g. tpviz.make_mesh((8,), "
-                                    f"('X',))), got {type(value).__name__} {v._short(value)}.")
-
-
-class MeshShapeRule(Rule):
-    """A mesh shape ``{axis: size}`` or a jax Mesh, each size a positive integer."""
-
-    __slots__ = ()
-    what = "a mesh shape such as {'X': 2, 'Y': 4}"
-
-    def check(self, name, value, error):
-        sizes = v.mesh_shape(name, value)
-        total = math.prod(sizes.values())
-        if total > 2**20:
-            raise error(f"{name} = {v._short(value)} has {total:,} devices, more than the bound "
-                        f"of {2**20:,} (more than any machine has).")
-
-
-class AxisOf(Rule):
-    """A name of an axis of the mesh (or mesh shape) passed as parameter ``mesh``."""
-
-    __slots__ = ("mesh",)
-    what = "a mesh axis name"
-
-    def __init__(self, mesh: str = "mesh"):
-        self.mesh = mesh
-
-    def check(self, name, value, error):
-        if not isinstance(value, str):
-            raise ArgumentTypeError(f"{name} must be a mesh axis name (a string), got "
-                                    f"{v._short(value)} ({type(value).__name__}).")
-
-    def within(self, name: str, value, mesh, error) -> None:
-        """The cross-parameter check, once the mesh is known."""
-        names = getattr(mesh, "axis_names", None)
-        if names is None and isinstance(mesh, Mapping):
-            names = tuple(mesh)
-        if names is not None and value not in names:
-            raise error(f"{name} = {value!r} is not an axis of {self.mesh} (its axes: "
-                        f"{', '.join(map(repr, names))}).")
-
-
-class Function(Rule):
-    __slots__ = ()
-    what = "a function"
-
-    def check(self, name, value, error):
-        if not callable(value):
-            raise ArgumentTypeError(f"{name} must be a function, got {type(value).__name__} "
-                                    f"{v._short(value)}.")
-
-
-class Anything(Rule):
-    """Declared on purpose as taking any value (the function itself makes sense of it)."""
-
-    __slots__ = ()
-
-
-class Lookup(Rule):
-    """A value the library's own lookup accepts: ``dtype`` (a dtype's name or a NumPy dtype,
-    :func:`tpviz.core.layout.dtype_size`), ``system`` (a :class:`tpviz.core.cost.System` or
-    its name, :func:`tpviz.core.cost.system`) or ``spec`` (a PartitionSpec or a notation
-    string such as ``"A[I_X, J]"``, :func:`tpviz.core.notation.as_spec`)."""
-
-    __slots__ = ("kind",)
-
-    def __init__(self, kind: str):
-        self.kind = kind
-
-    @property
-    def what(self):
-        return {"dtype": "a dtype", "system": "a System or its name",
-                "spec": "a PartitionSpec or notation string"}[self.kind]
-
-    def check(self, name, value, error):
-        if self.kind == "dtype":
-            from tpviz.core.layout import dtype_size
-
-            if isinstance(value, bool) or value is None or isinstance(value, int | float):
-                raise ArgumentTypeError(f"{name} must be a dtype such as 'float32' or 'bf16', "
-                                        f"got {v._short(value)} ({type(value).__name__}).")
-            dtype_size(value)
-        elif self.kind == "system":
-            from tpviz.core.cost import system
-
-            system(value, name)
-        else:
-            from jax.sharding import PartitionSpec
-
-            from tpviz.core.notation import as_spec
-
-            if not isinstance(value, str | PartitionSpec):
-                raise ArgumentTypeError(f"{name} must be a PartitionSpec or a notation string "
-                                        f"such as 'A[I_X, J]', got {v._short(value)} "
-                                        f"({type(value).__name__}).")
-            as_spec(value)
-
-
-class AxesRule(Rule):
-    """A matplotlib ``Axes`` to draw into."""
-
-    __slots__ = ()
-    what = "a matplotlib Axes"
-
-    def check(self, name, value, error):
-        if not (hasattr(value, "add_patch") and hasattr(value, "figure")):
-            raise ArgumentTypeError(f"{name} must be a matplotlib Axes (e.g. from "
-                                    f"plt.subplots()), got {type(value).__name__} "
-                                    f"{v._short(value)}.")
-
-
-class ColourRule(Rule):
-    __slots__ = ()
-    what = "a matplotlib colour"
-
-    def check(self, name, value, error):
-        from matplotlib.colors import is_color_like
-
-        if isinstance(value, bool) or not is_color_like(value):
-            raise ArgumentTypeError(f"{name} must be a colour such as 'C0', '#1f77b4' or "
-                                    f"(0.1, 0.2, 0.3), got {v._short(value)}.")
-
+from tpviz.core.lookups import (
+    Anything,
+    AxesRule,
+    AxisOf,
+    ColourRule,
+    Function,
+    KeyOf,
+    Lookup,
+    Map,
+    MeshRule,
+    MeshShapeRule,
+)
+from tpviz.core.lookups import KeywordsOf as _KeywordsOf
+from tpviz.core.lookups import Tree as _Tree
+from tpviz.core.rules import EXACT, Array, Choice, Either, FlagRule, Int, Real, Seq, Text
 
 # --- the vocabulary used in signatures -------------------------------------------------------
 
@@ -181,6 +60,7 @@ MeshShape = Annotated[Mapping, MeshShapeRule()]
 JaxMesh = Annotated[object, MeshRule()]
 Numbers = Annotated[object, Array()]
 Finite = Annotated[object, Array(finite=True)]
+Floats = Annotated[object, Array(floating=True)]  # an array of floats (gradients flow)
 Any_ = Annotated[object, Anything()]
 Dtype = Annotated[object, Lookup("dtype")]
 SystemLike = Annotated[object, Lookup("system")]
@@ -192,6 +72,12 @@ Items = Annotated[tuple, Seq(None, 0)]  # a list or tuple, maybe empty
 Indices = Annotated[tuple, Seq(Int(0), 0)]  # 0-based axis or device indices
 Inches = Annotated[float, Real(0.0, 100.0, positive=True)]  # a figure's size
 Callback = Annotated[Callable, Function()]
+Tree = Annotated[object, _Tree()]  # numbers, arrays, or lists and dicts of them
+
+
+def MeshWith(*axes: str):
+    """A jax Mesh with (at least) these axis names."""
+    return Annotated[object, MeshRule(axes)]
 
 
 def Size(maximum: int, why: str, minimum: int = 1):
@@ -210,9 +96,23 @@ def Sizes(maximum: int | None = EXACT, why: str = "", *, minimum: int = 1,
     return Annotated[tuple, Seq(Int(minimum, maximum, why), length or 0, length)]
 
 
-def ArrayOf(ndim: int | None = None, *, finite: bool = False, integer: bool = False):
-    """An array of numbers (``ndim`` dimensions, finite, integers, if asked)."""
+def ArrayOf(ndim: int | str | None = None, *, finite: bool = False, integer: bool = False):
+    """An array of numbers: ``ndim`` dimensions, or named ones (``"B S H"``, ``"... H"``: the
+    same name means the same size across the function's arrays); finite, integers, if asked."""
+    if isinstance(ndim, str):
+        return Annotated[object, Array(None, finite, integer, ndim)]
     return Annotated[object, Array(ndim, finite, integer)]
+
+
+def Keys(*required: str, closed: bool = False, dims: dict | None = None):
+    """A dict of arrays holding (at least, or if ``closed`` exactly) the keys ``required``; the
+    arrays of ``dims``' keys have those named dimensions (``{"w1": "H F"}``)."""
+    return Annotated[Mapping, Map(value=Array(), required=required, closed=closed, dims=dims)]
+
+
+def KeywordsOf(fn):
+    """``**kwargs`` passed on to ``fn``: each must be one of its keyword arguments."""
+    return Annotated[object, _KeywordsOf(fn)]
 
 
 def Of(*kinds):
@@ -248,12 +148,17 @@ __all__ = [
     "Dtype",
     "Finite",
     "Flag",
+    "Floats",
     "Inches",
     "Index",
     "Indices",
     "Items",
     "JaxMesh",
+    "KeyOf",
+    "Keys",
+    "KeywordsOf",
     "MeshShape",
+    "MeshWith",
     "Name",
     "Numbers",
     "Of",
@@ -268,4 +173,5 @@ __all__ = [
     "SpecLike",
     "SystemLike",
     "Time",
+    "Tree",
 ]

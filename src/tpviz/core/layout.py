@@ -132,6 +132,9 @@ def replication(spec: SpecLike, mesh_shape: MeshShape) -> int:
     """How many devices hold each block: the product of the mesh axes the spec does not use."""
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
     used = {a for e in as_spec(spec) for a in axes_of(e)}
+    if used - set(mesh_shape):
+        raise ShardingError(f"spec {spec!r} uses mesh axis {sorted(used - set(mesh_shape))[0]!r}, "
+                            f"which mesh_shape {mesh_shape} does not have.")
     return math.prod(s for a, s in mesh_shape.items() if a not in used)
 
 

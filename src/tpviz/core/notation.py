@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
-from tpviz.core.kinds import Any_
+from tpviz.core.kinds import Any_, Size
 from tpviz.errors import ArgumentTypeError, NotationError
 
 DIM_LETTERS = "IJKLMN"
@@ -100,7 +100,7 @@ def parse(notation: str) -> Notation:
 
 
 def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None = None,
-                ndim: int | None = None) -> str:
+                ndim: Size(64, "an array has at most a few dimensions") | None = None) -> str:
     """Print a ``PartitionSpec`` in the notation: ``P("X", None)`` -> ``"A[I_X, J]"``."""
     ndim = max(len(spec), ndim or 0, len(dims or ()))
     dims = tuple(dims) if dims else tuple(DIM_LETTERS[:ndim])

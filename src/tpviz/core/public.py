@@ -1,13 +1,10 @@
 """One validation mechanism for every public function: its signature says what each parameter
-is (:mod:`tpviz.core.kinds`), and every call from outside the library is checked against it.
+is (:mod:`tpviz.core.kinds`), and every call from outside tpviz is checked against it.
 
-Each topic ends its ``__init__`` with ``publish(globals())``: every function in its ``__all__``
-(and every public function of a module in it, and every public method and constructor of a class
-in it) is wrapped once, in its own module too. The wrapper reads the signature once, when it is
-made; a call then costs a few microseconds. Calls from inside tpviz skip the checks (the library
-passes on what it has checked already, so a redraw pays nothing). A result annotated ``float``
-that is NaN, or one of a kind that must be >= 0 (``Time``, ``Amount``, ``Count``) that is negative,
-is an error, not a return; so is a NaN in a float field of a returned dataclass.
+:func:`tpviz.core.publish.publish` wraps everything a topic's ``__all__`` holds. The wrapper reads
+the signature once; a call then costs a few microseconds, and calls from inside tpviz skip the
+checks (a redraw pays nothing). A NaN result, a negative one where a ``Time``, ``Amount`` or
+``Count`` is declared, or a NaN in a float field of a returned dataclass is an error.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import typing
 
 import numpy as np
 
-from tpviz.core import kinds as k
+from tpviz.core import lookups as k
 from tpviz.core import rules as r
 from tpviz.errors import ArgumentError, TpvizError
 
@@ -50,8 +47,9 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
             low = 0 if default == 0 else None
         return r.Int(low)
     if annotation is float:
-        low = None if result or record or (_real(default) and default < 0) else 0.0
-        return r.Real(low, infinite=_real(default) and math.isinf(default))
+        real = isinstance(default, int | float) and not isinstance(default, bool)
+        low = None if result or record or (real and default < 0) else 0.0
+        return r.Real(low, infinite=real and math.isinf(default))
     if annotation is str:
         return r.Text()
     if origin is typing.Literal:
@@ -72,7 +70,9 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
         size = len(args) if fixed else None
         return r.Seq(item, size if fixed else int(not empty), size)
     if origin in (dict, abc.Mapping) or annotation in (dict, abc.Mapping):
-        return r.Instance(abc.Mapping)
+        key, value = (rule_for(a, result=result, record=record) for a in args) if args else (
+            None, None)
+        return k.Map(key, value, minimum=int(bool(args) and not record))
     if annotation is np.ndarray:
         return r.Array()
     if annotation is abc.Callable or origin is abc.Callable:
@@ -85,10 +85,6 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
     return None
 
 
-def _real(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
 @dataclasses.dataclass
 class Spec:
     """What the wrapper checks: (index or None, name, rule, default) per parameter."""
@@ -98,6 +94,8 @@ class Spec:
     star: tuple | None = None  # (index, rule) for *args
     extra: object = None  # the rule of each **kwargs value
     cross: list = dataclasses.field(default_factory=list)  # (name, AxisOf, mesh index, default)
+    shaped: list = dataclasses.field(default_factory=list)  # (index, name, Array with dims)
+    converts: list = dataclasses.field(default_factory=list)  # (index, name, rule): a System
     result: object = None
     undeclared: tuple = ()  # parameters with no kind (tests list them)
 
@@ -126,9 +124,14 @@ def spec_of(fn, label: str, record: bool = False) -> Spec:
             spec.checks.append((positions[name], name, rule, p.default))
     for index, name, rule, _ in spec.checks:
         inner = rule.rule if isinstance(rule, r.Maybe) else rule
-        if isinstance(inner, k.AxisOf) and inner.mesh in positions:
-            mesh_default = sig.parameters[inner.mesh].default
-            spec.cross.append((index, name, inner, positions[inner.mesh], mesh_default))
+        if (isinstance(inner, r.Array) and inner.dims) or (isinstance(inner, k.Map) and inner.dims):
+            spec.shaped.append((index, name, inner))
+        if isinstance(inner, k.Lookup) and inner.kind == "system":
+            spec.converts.append((index, name, inner))
+        if hasattr(inner, "within") and inner.of in positions:  # AxisOf, KeyOf
+            other_default = sig.parameters[inner.of].default
+            spec.cross.append((index, name, inner, positions[inner.of], other_default,
+                               sig.parameters[name].default))
     if sig.return_annotation is not sig.empty:
         res = rule_for(_resolve(sig.return_annotation, space), result=True)
         spec.result = res if res is not None and type(res).result is not r.Rule.result else None
@@ -171,21 +174,50 @@ def check(spec: Spec, args: tuple, kwargs: dict, error: type[Exception]) -> None
         for name, value in kwargs.items():
             if name not in named:
                 spec.extra.check(name, value, error)
-    for index, name, axis, mesh_index, mesh_default in spec.cross:
-        value = _value(index, name, args, kwargs, None)
-        mesh = _value(mesh_index, axis.mesh, args, kwargs, mesh_default)
-        if isinstance(value, str) and mesh is not None and mesh is not inspect.Parameter.empty:
-            axis.within(name, value, mesh, error)
+    if spec.shaped:
+        _agree(spec, args, kwargs, error)
+    for index, name, rule, other_index, other_default, default in spec.cross:
+        value = _value(index, name, args, kwargs, default)
+        other = _value(other_index, rule.of, args, kwargs, other_default)
+        if other is not None and other is not inspect.Parameter.empty:
+            rule.within(name, value, other, error)
 
 
-def check_result(spec: Spec, value, error: type[Exception]) -> None:
+def _convert(spec: Spec, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Arguments with each system's name replaced by the System it names."""
+    args, kwargs = list(args), dict(kwargs)
+    for index, name, rule in spec.converts:
+        if index is not None and index < len(args):
+            args[index] = rule.convert(args[index])
+        elif name in kwargs:
+            kwargs[name] = rule.convert(kwargs[name])
+    return tuple(args), kwargs
+
+
+def _agree(spec: Spec, args: tuple, kwargs: dict, error) -> None:
+    """The named dimensions of the function's arrays agree (``H`` of x is ``H`` of w1)."""
+    seen: dict[str, tuple[int, str]] = {}
+    shapes = [s for index, name, rule in spec.shaped
+              for s in rule.named_shapes(name, _value(index, name, args, kwargs, None))]
+    for name, dims, shape in shapes:
+        for dim, size in zip(reversed(dims), reversed(shape), strict=False):
+            if dim == "...":
+                break
+            if dim in seen and seen[dim][0] != size and not dim.isdigit():
+                raise error(f"{name} has {dim} = {size} (shape {shape}), but {seen[dim][1]} has "
+                            f"{dim} = {seen[dim][0]}: give arrays whose {dim} agree.")
+            seen.setdefault(dim, (size, name))
+
+
+def check_result(spec: Spec, value, error: type[Exception], args=(), kwargs=None) -> None:
     """A NaN where a number must be one, or a negative size or time, is an error."""
     problem = spec.result.result(value) if spec.result is not None else ""
     if not problem and dataclasses.is_dataclass(value) and not isinstance(value, type):
         problem = _field_problem(value)
     if problem:
-        raise error(f"the result is {problem} for these arguments: they are outside what "
-                    f"the model covers; check them against the docstring.")
+        given = ", ".join([*map(repr, args), *(f"{k}={x!r}" for k, x in (kwargs or {}).items())])
+        raise error(f"the result is {problem} for ({given[:120]}): these arguments are outside "
+                    f"what the formula covers; check them against the docstring.")
 
 
 def _field_problem(value) -> str:
@@ -230,8 +262,17 @@ def public(fn=None, *, error: type[Exception] = ArgumentError, label: str | None
             return fn(*args, **kwargs)
         try:
             check(spec, args, kwargs, error)
-            out = fn(*args, **kwargs)
-            check_result(spec, out, error)
+            if spec.converts:
+                args, kwargs = _convert(spec, args, kwargs)
+            try:
+                out = fn(*args, **kwargs)
+            except NameError as e:  # a collective's axis, outside jax.shard_map
+                if "axis name" not in str(e):
+                    raise
+                raise error(f"it runs inside jax.shard_map, over a mesh axis it names ("
+                            f"{str(e).splitlines()[0]}): call it in the function you give "
+                            f"jax.shard_map, or with axis=None where it takes one.") from e
+            check_result(spec, out, error, args, kwargs)
         except TpvizError as e:
             _prefix(e, spec.label)
             raise
@@ -241,63 +282,11 @@ def public(fn=None, *, error: type[Exception] = ArgumentError, label: str | None
     return checked
 
 
-def _prefix(e: TpvizError, label: str) -> None:
-    text = str(e.args[0]) if e.args else ""
-    if e.args and not text.startswith(label.rpartition(".")[2]) and not hasattr(e, "_named"):
-        e.args = (f"{label}: {text}", *e.args[1:])
+def _prefix(e: TpvizError, label: str) -> None:  # once: "pipeline.schedule: stages must ..."
+    if e.args and not str(e.args[0]).startswith(label.rpartition(".")[2]) and not hasattr(
+            e, "_named"):
+        e.args = (f"{label}: {e.args[0]}", *e.args[1:])
     e._named = True
-
-
-def publish(namespace: dict, *, error: type[Exception] = ArgumentError) -> None:
-    """Wrap every function, class and module of ``namespace["__all__"]`` with :func:`public`,
-    where they are defined too (so ``tpviz.pipeline.plan.schedule`` is the checked one)."""
-    package = namespace["__name__"]
-    for name in namespace["__all__"]:
-        obj = namespace.get(name)
-        if isinstance(obj, types.ModuleType) and obj.__name__.startswith("tpviz"):
-            for inner in members(obj):
-                setattr(obj, inner, _publish_one(getattr(obj, inner), error,
-                                                 f"{obj.__name__}.{inner}"))
-        elif obj is not None:
-            namespace[name] = _publish_one(obj, error, f"{package}.{name}")
-
-
-def members(module: types.ModuleType) -> list[str]:
-    """A module's public names: its ``__all__``, else what it defines (not what it imports)."""
-    names = getattr(module, "__all__", None)
-    if names is not None:
-        return list(names)
-    return [n for n, x in vars(module).items()
-            if not n.startswith("_") and getattr(x, "__module__", "") == module.__name__]
-
-
-def _publish_one(obj, error, label):
-    if isinstance(obj, type):
-        _publish_class(obj, error)
-        return obj
-    if not inspect.isfunction(obj) or not obj.__module__.startswith("tpviz"):
-        return obj
-    wrapped = public(obj, error=error, label=label.removeprefix("tpviz."))
-    home = sys.modules.get(obj.__module__)
-    if home is not None and getattr(home, obj.__name__, None) is obj:
-        setattr(home, obj.__name__, wrapped)
-    return wrapped
-
-
-def _publish_class(cls: type, error) -> None:
-    if (not cls.__module__.startswith("tpviz") or issubclass(cls, BaseException)
-            or "__tpviz_class__" in vars(cls) or hasattr(cls, "_fields")):  # NamedTuple: hot
-        return
-    cls.__tpviz_class__ = True
-    for name, value in list(vars(cls).items()):
-        if name.startswith("_") and name != "__init__":
-            continue
-        label = f"{cls.__module__.removeprefix('tpviz.')}.{cls.__qualname__}.{name}"
-        if inspect.isfunction(value):
-            record = name == "__init__" and dataclasses.is_dataclass(cls)
-            setattr(cls, name, public(value, error=error, label=label, record=record))
-        elif isinstance(value, staticmethod | classmethod) and inspect.isfunction(value.__func__):
-            setattr(cls, name, type(value)(public(value.__func__, error=error, label=label)))
 
 
 def published(obj) -> Spec | None:

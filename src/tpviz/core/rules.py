@@ -135,6 +135,9 @@ class Choice(Rule):
         v.choice(name, value, options, error=error)
 
 
+_NAMES = {"P": "PartitionSpec (e.g. P('X', None))"}  # classes known by another name
+
+
 class Instance(Rule):
     """An instance of ``cls`` (a class or a tuple of them)."""
 
@@ -146,7 +149,7 @@ class Instance(Rule):
     @property
     def what(self):
         classes = self.cls if isinstance(self.cls, tuple) else (self.cls,)
-        return " or ".join(f"a {c.__name__}" for c in classes)
+        return " or ".join(f"a {_NAMES.get(c.__name__, c.__name__)}" for c in classes)
 
     def check(self, name, value, error):
         if not isinstance(value, self.cls):
@@ -155,14 +158,17 @@ class Instance(Rule):
 
 
 class Array(Rule):
-    """An array (or nested sequence) of numbers: ``ndim`` dimensions if given, all finite if
-    ``finite`` (checked on concrete values only, never on a traced one), integers if
-    ``integer``."""
+    """An array (or nested sequence) of real numbers: ``ndim`` dimensions if given, or the named
+    dimensions ``dims`` (``"B S H"``; ``"... H"``: any leading ones), which must agree across
+    the function's arrays; all finite if ``finite`` (on concrete values only, never on a traced
+    one); integers if ``integer``."""
 
-    __slots__ = ("finite", "integer", "ndim")
+    __slots__ = ("dims", "finite", "floating", "integer", "ndim")
 
-    def __init__(self, ndim: int | None = None, finite: bool = False, integer: bool = False):
-        self.ndim, self.finite, self.integer = ndim, finite, integer
+    def __init__(self, ndim: int | None = None, finite: bool = False, integer: bool = False,
+                 dims: str | None = None, floating: bool = False):
+        self.ndim, self.finite, self.integer, self.floating = ndim, finite, integer, floating
+        self.dims = tuple(dims.split()) if dims else None
 
     what = "an array of numbers"
 
@@ -171,7 +177,10 @@ class Array(Rule):
             raise ArgumentTypeError(f"{name} must be an array of numbers, got "
                                     f"{type(value).__name__} {v._short(value)}.")
         shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-        concrete = not hasattr(value, "aval") or _is_concrete(value)
+        if dtype is None and (self.dims or self.ndim is not None):  # the body uses its methods
+            raise ArgumentTypeError(f"{name} must be a NumPy or JAX array, got "
+                                    f"{type(value).__name__} {v._short(value)}; wrap it in "
+                                    f"np.asarray(...).")
         if dtype is None:
             try:
                 value = np.asarray(value)
@@ -180,24 +189,32 @@ class Array(Rule):
                                         f"sequence is not): {e}") from None
             shape, dtype = value.shape, value.dtype
         kind = np.dtype(dtype).kind if not hasattr(dtype, "name") or dtype.name != "key" else ""
-        if kind not in "biufc" or (self.integer and kind not in "biu"):
-            want = "integers" if self.integer else "numbers"
+        if kind not in "biuf" or (self.integer and kind not in "biu") or (
+                self.floating and kind != "f"):
+            want = "integers" if self.integer else "floats" if self.floating else "numbers"
             raise ArgumentTypeError(f"{name} must be an array of {want}, got dtype {dtype}.")
         if self.ndim is not None and len(shape) != self.ndim:
             raise error(f"{name} must be a {self.ndim}-D array, got shape {tuple(shape)}.")
-        if self.finite and concrete and kind in "fc":
-            bad = int(np.size(value) - np.count_nonzero(np.isfinite(np.asarray(value))))
+        if self.dims is not None:
+            fixed = [d for d in self.dims if d != "..."]
+            if len(shape) < len(fixed) or ("..." not in self.dims and len(shape) > len(fixed)) \
+                    or any(int(d) != n for d, n in zip(reversed(fixed), reversed(shape),
+                                                          strict=False) if d.isdigit()):
+                raise error(f"{name} must be an array [{', '.join(self.dims)}], got shape "
+                            f"{tuple(shape)}.")
+        if 0 in tuple(shape):
+            raise error(f"{name} is empty (shape {tuple(shape)}); give at least one value.")
+        if self.finite and kind == "f":
+            try:
+                bad = int(np.size(value) - np.count_nonzero(np.isfinite(np.asarray(value))))
+            except Exception:  # a traced value: unknown while tracing
+                return
             if bad:
                 raise error(f"{name} holds {bad} NaN or infinite value(s) of {np.size(value)}; "
                             f"give finite numbers.")
 
-
-def _is_concrete(value) -> bool:
-    try:
-        np.asarray(value)
-        return True
-    except Exception:  # a tracer: its values are not known while tracing
-        return False
+    def named_shapes(self, name: str, value) -> list[tuple[str, tuple, tuple]]:
+        return [(name, self.dims, tuple(np.shape(value)))] if self.dims else []
 
 
 class Seq(Rule):

@@ -1,7 +1,7 @@
 """Inference (chapter 14): the KV cache, prefill and decode on the roofline, and a model split
 to serve it."""
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.inference import draw, explore, model, paged, plan, serve, shards
 from tpviz.inference.check import Checked, check, mesh_of, reference
 from tpviz.inference.explore import explore_decode, render_decode

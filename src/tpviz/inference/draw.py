@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, ScalarFormatter
@@ -9,6 +11,7 @@ from matplotlib.ticker import LogLocator, ScalarFormatter
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
 from tpviz.core.kinds import Any_, Sizes
+from tpviz.inference.paged import Paging
 from tpviz.inference.plan import critical_batch, decode, kv_cache_bytes, model_of, weight_bytes
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -82,7 +85,7 @@ def decode_times(model: Any_, system: str, chips: int, context: int, dtype: str 
     return fig
 
 
-def paging(results: dict) -> Figure:
+def paging(results: dict[str, Sequence[Paging]]) -> Figure:
     """Token slots reserved per token stored, contiguous against paged, for each spread of
     request lengths (``{label: [Paging, ...]}``, one per seed: the bars are the mean, the
     whiskers the range)."""

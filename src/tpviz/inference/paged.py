@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 
 from tpviz.core import validate
-from tpviz.core.kinds import Any_, Numbers, Sizes
+from tpviz.core.kinds import ArrayOf, Index, Of, Sizes
 from tpviz.errors import ArgumentError
 from tpviz.inference.model import attend
 
@@ -39,7 +39,7 @@ class BlockTable:
         self.block = validate.integer("block", self.block, maximum=10**6)
         self.free = list(range(self.blocks))[::-1]  # pop() hands out 0, 1, 2, …
 
-    def append(self, request: Any_, tokens: int = 1) -> None:
+    def append(self, request: Of(Index, str), tokens: int = 1) -> None:
         """Add ``tokens`` tokens to ``request`` (a new one starts empty), taking a new block
         whenever its last one is full.
 
@@ -56,10 +56,13 @@ class BlockTable:
             table.append(self.free.pop())
         self.lengths[request] = have
 
-    def release(self, request: Any_) -> None:
+    def release(self, request: Of(Index, str)) -> None:
         """Give a finished request's blocks back."""
+        if request not in self.tables:
+            raise ArgumentError(f"request {request!r} holds no blocks (its requests: "
+                                f"{list(self.tables)[:8]}).")
         self.free.extend(reversed(self.tables.pop(request)))
-        self.lengths.pop(request)
+        self.lengths.pop(request, None)
 
     @property
     def used(self) -> int:
@@ -110,7 +113,8 @@ def simulate(lengths: Sizes(), max_tokens: int, block: int = 16) -> Paging:
     return Paging(sum(lengths), len(lengths) * max_tokens, table.used * block)
 
 
-def paged_attention(q: Numbers, k_pool: Numbers, v_pool: Numbers, table: Numbers, length: int):
+def paged_attention(q: ArrayOf("1 N D"), k_pool: ArrayOf("P B M D"), v_pool: ArrayOf("P B M D"),
+                    table: ArrayOf("T", integer=True), length: int):
     """Attention of one request's new token over its cache read through its block table.
 
     ``q[1, n_h, d_h]``; ``k_pool, v_pool[blocks, block, n_kv, d_h]`` every request's blocks;

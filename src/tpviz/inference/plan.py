@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from tpviz.core import hardware as hw
 from tpviz.core import validate
-from tpviz.core.kinds import Amount, Any_
+from tpviz.core.kinds import Amount, Any_, OneOf
 from tpviz.errors import ArgumentError, ArgumentTypeError
 
 #: bytes per value of the weights and caches a server keeps (int4: two values per byte)
@@ -96,7 +96,7 @@ def matmul_params(m: hw.Model) -> float:
 
 # --- the machine ----------------------------------------------------------------------------
 
-def slice_shape(system: str, chips: int) -> tuple[int, ...]:
+def slice_shape(system: OneOf(lambda: hw.TPUS), chips: int) -> tuple[int, ...]:
     """The TPU slice of ``chips`` chips (a power of two): the sizes doubled axis by axis, the
     largest first, as Google's topologies go: v5e 2x2, 4x2, 4x4, 8x4, …, 16x16; v5p 2x2x1,
     2x2x2, 4x2x2, …, 4x4x4 (google2024tpuv5e, google2024tpuv5p)."""

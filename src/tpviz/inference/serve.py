@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from tpviz.core import hardware as hw
 from tpviz.core import validate
-from tpviz.core.kinds import Any_, Sizes
+from tpviz.core.kinds import Any_, KeywordsOf, Sizes
 from tpviz.errors import ArgumentError
 from tpviz.inference.plan import (
     bytes_of,
@@ -87,7 +87,8 @@ def max_batch(model: Any_, system: str, chips: int, context: int, dtype: str = "
 
 
 def curve(model: Any_, system: str, chips: int, context: int, dtype: str = "bf16",
-          batches: Sizes() = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), **kw: Any_) -> list:
+          batches: Sizes() = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+          **kw: KeywordsOf(decode)) -> list:
     """Decode steps at each batch that fits: the latency/throughput curve."""
     steps = [decode(model, system, chips, b, context, dtype, **kw) for b in batches]
     return [s for s in steps if s.fits]

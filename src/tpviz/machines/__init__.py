@@ -2,7 +2,7 @@
 this topic draws it (``draw``), explores it (``explore_network``, ``explore_roofline``) and
 checks the chapter's exercises (``exercises``)."""
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.machines import draw
 from tpviz.machines.explore import (
     MACHINES,

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from tpviz.core import hardware as hw
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, figure
 from tpviz.core.kinds import Callback, Sizes
+from tpviz.errors import ArgumentError, ArgumentTypeError
 
 
 def roofline(chip: str = "TPU v5e", dtype: str = "bf16",
@@ -49,6 +50,9 @@ def _powers(axis, exponents, unit: str) -> None:
 def torus(mesh_shape: Sizes(64, "a drawing of more chips per axis is unreadable") = (4, 4),
           wrap: tuple[bool, ...] = (False, False), title: str = "") -> Figure:
     """Chips of a 2D slice with their ICI links; wraparound links drawn as arcs."""
+    if not 1 <= len(mesh_shape) <= 2 or len(wrap) != len(mesh_shape):
+        raise ArgumentError(f"mesh_shape = {mesh_shape} and wrap = {wrap}: give one or two "
+                            f"axes, and one wrap flag per axis.")
     rows, cols = (*tuple(mesh_shape), 1)[:2]
     wraps = (*tuple(wrap), False)[:2]
     fig = figure(0.4 * rows + 1.2, 0.4 * cols + 1.6, layout="constrained")
@@ -81,6 +85,10 @@ def collective_curve(price: Callback, label: str = "", sizes: Sequence[float] | 
     their sum, from ``price(nbytes)`` (a :class:`tpviz.core.hardware.Price` maker)."""
     sizes = np.logspace(2, 10, 33) if sizes is None else np.asarray(sizes)
     got = [price(v) for v in sizes]
+    if not all(isinstance(g, hw.Price) for g in got):
+        raise ArgumentTypeError(f"price must return a tpviz.core.hardware.Price for each size, "
+                                f"got {type(got[0]).__name__}; e.g. lambda v: cluster.price("
+                                f"'all-reduce', v).")
     fig = figure(3.4)
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.16, top=0.9)
     ax = fig.add_subplot()

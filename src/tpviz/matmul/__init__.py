@@ -6,7 +6,7 @@ shardings), ``check`` (both against ``x @ w`` and the compiled collectives), ``d
 ``explore`` and ``exercises``.
 """
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.errors import ShardingError
 from tpviz.matmul import draw
 from tpviz.matmul.check import Check, check

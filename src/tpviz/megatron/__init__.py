@@ -6,7 +6,7 @@ column- and row-parallel layers, the sharded programs), ``check``, ``draw``, ``e
 ``exercises``.
 """
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.errors import ShardingError
 from tpviz.megatron import draw
 from tpviz.megatron.check import Check, check

@@ -6,7 +6,7 @@ bytes), ``choose`` (beside data parallelism and 1D Megatron; the best mesh and t
 ``exercises``.
 """
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.errors import ShardingError
 from tpviz.mesh2d import draw
 from tpviz.mesh2d.check import Check, as_gspmd, check, found, predicted

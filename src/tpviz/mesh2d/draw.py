@@ -15,7 +15,9 @@ from matplotlib.patches import Rectangle
 from tpviz.core import layout
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, Animation, frame, gif
 from tpviz.core.figures import figure as column_figure
-from tpviz.core.kinds import Axes, Index, Items
+from tpviz.core.kinds import Axes, Index
+from tpviz.core.validate import integer
+from tpviz.errors import ShardingError
 from tpviz.mesh2d.choose import Scheme
 from tpviz.mesh2d.plan import DATA, MODEL, PRE, Array, Plan
 
@@ -36,6 +38,7 @@ def _held(a: Array, mesh: dict[str, int]) -> dict[int, tuple[slice, ...]]:
 
 def step(p: Plan, k: Index, ax: Axes | None = None) -> Figure:
     """Step ``k`` of the plan on the mesh: what every device holds before and after it."""
+    k = integer("k", k, minimum=0, maximum=len(p.steps) - 1, error=ShardingError)
     s = p.steps[k]
     arrays = [*s.operands, s.result] if s.op != "start" else list(s.operands)
     signs = SIGNS[s.op]
@@ -99,7 +102,7 @@ def animate(p: Plan, ms_per_frame: int = 1400) -> Animation:
                        f"model={p.mesh[MODEL]} mesh", ms_per_frame)
 
 
-def comparison(schemes: list[Scheme], title: str = "", axes: Items | None = None,
+def comparison(schemes: list[Scheme], title: str = "", axes: tuple[Axes, Axes] | None = None,
                chosen: str = "") -> Figure:
     """Memory per device and bytes sent per device per training step, scheme by scheme (the
     ``chosen`` one in bold); ``axes``: two axes to draw into."""

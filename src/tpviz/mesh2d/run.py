@@ -12,7 +12,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core.kinds import Callback, JaxMesh, Numbers
+from tpviz.core.kinds import ArrayOf, Callback, JaxMesh
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.plan import DATA, MODEL, SPECS, Plan, mesh_shape, plan
 
@@ -42,7 +42,7 @@ def mlp(x, w1, w2, final=reduce_scatter):
     return steps(x, w1, w2, final)[-1]
 
 
-def reference(x: Numbers, w1: Numbers, w2: Numbers):
+def reference(x: ArrayOf("B D"), w1: ArrayOf("D F"), w2: ArrayOf("F D")):
     """The MLP on one device."""
     return jax.nn.relu(x @ w1) @ w2
 
@@ -100,7 +100,7 @@ def training(fn):
     return step
 
 
-def place(mesh: JaxMesh, x: Numbers, w1: Numbers, w2: Numbers):
+def place(mesh: JaxMesh, x: ArrayOf("B D"), w1: ArrayOf("D F"), w2: ArrayOf("F D")):
     """Put the full arrays on the mesh as the plan lays them out.
 
     Raises:

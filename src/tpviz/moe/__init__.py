@@ -6,7 +6,7 @@ GShard's einsums under GSPMD, and on one device), ``check``, ``draw``, ``explore
 ``exercises``.
 """
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.moe import draw
 from tpviz.moe.check import Check, check
 from tpviz.moe.explore import explore_moe, render_moe

@@ -21,17 +21,20 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from tpviz.core import cost, layout
 from tpviz.core import validate as check
 from tpviz.core.collectives import Collective, Collectives
-from tpviz.core.kinds import ArrayOf, Devices, Dtype, Finite, Index, Positive, Seed
+from tpviz.core.kinds import HELD, ArrayOf, Devices, Dtype, Index, Seed, Size
+from tpviz.core.rules import Real
 from tpviz.errors import ArgumentError, ShardingError
 
 AXIS = "expert"
 ORDERS = ("before", "after")  # softmax before or after top-k
+Factor = Annotated[float, Real(0.0, 1000.0, positive=True)]  # a capacity factor > 0
 
 
 def validate(tokens: int, experts: int, top_k: int, capacity_factor: float,
@@ -76,7 +79,7 @@ def _groups(tokens: int, groups) -> int:
     return groups
 
 
-def capacity(tokens: int, experts: int, top_k: int, capacity_factor: Positive) -> int:
+def capacity(tokens: int, experts: int, top_k: int, capacity_factor: Factor) -> int:
     """C = ⌈k · T_g · c_f / E⌉: the most tokens one expert takes from a group of ``tokens``
     (T_g).
 
@@ -90,8 +93,10 @@ def capacity(tokens: int, experts: int, top_k: int, capacity_factor: Positive) -
 
 # --- routing (NumPy) ---------------------------------------------------------------------------
 
-def softmax(logits: Finite, axis: int = -1) -> np.ndarray:
+def softmax(logits: ArrayOf("... E", finite=True), axis: int = -1) -> np.ndarray:
     z = np.asarray(logits, np.float64)
+    if not -z.ndim <= axis < z.ndim:
+        raise ArgumentError(f"axis = {axis} is not an axis of logits (shape {z.shape}).")
     z = np.exp(z - z.max(axis=axis, keepdims=True))
     return z / z.sum(axis=axis, keepdims=True)
 
@@ -102,10 +107,10 @@ class Routing:
     weight, ``keep[t, j]`` whether it fits under the capacity, ``probs[t]`` the router's softmax
     over all E experts."""
 
-    experts: np.ndarray  # int [T, k]
-    gates: np.ndarray  # float [T, k]
-    keep: np.ndarray  # bool [T, k]
-    probs: np.ndarray  # float [T, E]
+    experts: ArrayOf("T K", integer=True)  # int [T, k]
+    gates: ArrayOf("T K")  # float [T, k]
+    keep: ArrayOf("T K")  # bool [T, k]
+    probs: ArrayOf("T E")  # float [T, E]
     capacity: int  # per expert and group
     groups: int
 
@@ -123,8 +128,8 @@ class Routing:
         return np.bincount(self.experts[self.keep], minlength=self.probs.shape[1])
 
 
-def top_k(logits: ArrayOf(2, finite=True), k: int, order: str = "before",
-          probs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def top_k(logits: ArrayOf("T E", finite=True), k: int, order: str = "before",
+          probs: ArrayOf("T E") | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each token's k largest logits (first = largest) and their gates.
 
     ``order="before"``: softmax over all E experts, then keep the k largest probabilities (Switch,
@@ -148,8 +153,8 @@ def top_k(logits: ArrayOf(2, finite=True), k: int, order: str = "before",
     return experts, gates
 
 
-def keep(experts: ArrayOf(2, integer=True), num_experts: int, capacity: Index, groups: int = 1
-         ) -> np.ndarray:
+def keep(experts: ArrayOf(2, integer=True), num_experts: Size(2**16, HELD), capacity: Index,
+         groups: int = 1) -> np.ndarray:
     """Which choices fit: per group, expert e takes choices in GShard's order (every first
     choice by token position, then every second choice, ...) until it holds ``capacity``."""
     experts = np.asarray(experts)
@@ -174,7 +179,7 @@ def keep(experts: ArrayOf(2, integer=True), num_experts: int, capacity: Index, g
     return (position < capacity).reshape(groups, k, s).transpose(0, 2, 1).reshape(t, k)
 
 
-def route(logits: ArrayOf(2, finite=True), top_k_: int, capacity_factor: Positive,
+def route(logits: ArrayOf("T E", finite=True), top_k_: int, capacity_factor: Factor,
           groups: int = 1,
           order: str = "before") -> Routing:
     """Top-k choices, gates and the GShard drop rule for ``logits[T, E]`` split into groups."""
@@ -188,7 +193,7 @@ def route(logits: ArrayOf(2, finite=True), top_k_: int, capacity_factor: Positiv
     return Routing(experts, gates, keep(experts, e, c, groups), probs, c, groups)
 
 
-def aux_loss(probs: ArrayOf(2, finite=True), experts: ArrayOf(2, integer=True),
+def aux_loss(probs: ArrayOf("T E", finite=True), experts: ArrayOf("T K", integer=True),
              weight: float = 0.01) -> float:
     """Switch's load-balancing loss λ · E · Σ_i f_i · P_i (λ = ``weight``; α is latency here).
 
@@ -278,7 +283,7 @@ class Plan:
         return cost.estimate(self.flops_per_device, self.collectives(), system)
 
 
-def plan(tokens: int, experts: int, top_k: int, capacity_factor: Positive, devices: Devices,
+def plan(tokens: int, experts: int, top_k: int, capacity_factor: Factor, devices: Devices,
          hidden: int = 16, ffn: int = 32, dtype: Dtype = "float32") -> Plan:
     """Per-device shapes and bytes of an expert-parallel MoE layer.
 

@@ -17,12 +17,14 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core.kinds import AxisOf, JaxMesh, Numbers, Positive, Seed
+from tpviz.core.kinds import ArrayOf, AxisOf, JaxMesh, Keys, Positive, Seed
 from tpviz.core.validate import bounded
 from tpviz.errors import ArgumentError, ShardingError
 from tpviz.moe.plan import AXIS, ORDERS, capacity, keep, top_k
 
 AUX_WEIGHT = 0.01  # λ, Switch's weight of the load-balancing loss
+WEIGHTS = ("router", "w_in", "w_out")  # the layer's weights (init)
+DIMS = {"router": "H E", "w_in": "E H F", "w_out": "E F H"}
 
 
 def init(hidden: int, ffn: int, experts: int, seed: Seed = 0) -> dict[str, np.ndarray]:
@@ -83,7 +85,9 @@ def _ffn(x, w_in, w_out):
 
 # --- (a) expert parallelism by hand: shard_map and two all-to-alls ----------------------------
 
-def layer(x: Numbers, params: dict, k: int, c: int, order: str = "before", axis: str = AXIS):
+def layer(x: ArrayOf("T H"), params: Keys(*WEIGHTS, dims=DIMS), k: int, c: int,
+          order: str = "before",
+          axis: str = AXIS):
     """One device's part of the expert-parallel layer (call inside ``shard_map``)."""
     n = jax.lax.axis_size(axis)
     h = x.shape[1]  # x: f32[T_g, H], this device's group of tokens
@@ -124,7 +128,8 @@ def train_step(mesh: JaxMesh, k: int, c: int, order: str = "before", axis: AxisO
 
 # --- (b) GShard's einsums, the expert dimension sharded; the compiler adds the communication ---
 
-def gshard_layer(x: Numbers, params: dict, k: int, c: int, order: str = "before",
+def gshard_layer(x: ArrayOf("G T H"), params: Keys(*WEIGHTS, dims=DIMS), k: int, c: int,
+                 order: str = "before",
                  mesh: JaxMesh | None = None,
                  axis: str = AXIS, reshard: bool = True):
     """The layer on ``x[G, T_g, H]`` (GShard's ``[G, S, M]``) as GShard writes it
@@ -209,7 +214,9 @@ def _reference(x, params: dict, experts, kept, f, order: str, weight: float):
     return y, aux
 
 
-def reference(x: Numbers, params: dict, k: int, capacity_factor: Positive, groups: int,
+def reference(x: ArrayOf("T H"), params: Keys(*WEIGHTS, dims=DIMS), k: int,
+              capacity_factor: Positive,
+              groups: int,
               order: str = "before", weight: float = AUX_WEIGHT):
     """The layer token by token on one device: each token's k choices and the drop rule come
     from the NumPy routing of :mod:`tpviz.moe.plan`; each kept choice adds ``g · FFN_e(x)``
@@ -220,7 +227,9 @@ def reference(x: Numbers, params: dict, k: int, capacity_factor: Positive, group
     return _reference(x, params, *routing, order, weight)
 
 
-def reference_step(x: Numbers, target: Numbers, params: dict, k: int, capacity_factor: Positive,
+def reference_step(x: ArrayOf("T H"), target: ArrayOf("T H"), params: Keys(*WEIGHTS, dims=DIMS),
+                   k: int,
+                   capacity_factor: Positive,
                    groups: int,
                    order: str = "before", weight: float = AUX_WEIGHT):
     """Loss and gradients of the reference (w.r.t. x and the weights); the choices and drops
@@ -234,7 +243,7 @@ def reference_step(x: Numbers, target: Numbers, params: dict, k: int, capacity_f
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, params)
 
 
-def place(mesh: JaxMesh, params: dict, axis: AxisOf() = AXIS) -> dict:
+def place(mesh: JaxMesh, params: Keys(*WEIGHTS, closed=True), axis: AxisOf() = AXIS) -> dict:
     """The weights on the mesh: router on every device, experts split E/N per device."""
     return {name: jax.device_put(v, NamedSharding(mesh, specs(axis)[name]))
             for name, v in params.items()}

@@ -12,7 +12,7 @@ memory), ``run`` (a Python loop issuing ops one by one: a numerics demonstration
 schedules the SPMD program does not run), ``draw``, ``explore`` and ``exercises``.
 """
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import draw
 from tpviz.pipeline.bubbles import bubble_formula

@@ -51,6 +51,8 @@ class Timeline:
 
     def spans(self, device: Index) -> list[tuple[Op, float, float]]:
         """(op, start, end) of every op of one device, in order."""
+        validate.integer("device", device, minimum=0, maximum=self.schedule.stages - 1,
+                         fix=f"This schedule's devices are 0 to {self.schedule.stages - 1}.")
         ops, k = self.schedule.ops[device], self.stage_costs[device] if self.stage_costs else 1
         return [(op, s, s + k * self.durations[op.kind])
                 for op, s in zip(ops, self.starts[device], strict=True)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from tpviz.core import validate
-from tpviz.core.kinds import Devices, Indices, Items, Of, Positive
+from tpviz.core.kinds import Devices, Indices, KeywordsOf, Positive
 from tpviz.errors import ArgumentError
 from tpviz.together.memory import RECOMPUTE
 from tpviz.together.plan import CLUSTERS, MODELS, Cluster, Model, Plan, plan
@@ -61,8 +61,8 @@ def candidates(model: Model | str, cluster: Cluster | str, gpus: Devices, *,
     return found
 
 
-def best(model: Model | str, cluster: Cluster | str, gpus: Devices, **space: Of(Items, float)
-         ) -> Plan:
+def best(model: Model | str, cluster: Cluster | str, gpus: Devices,
+         **space: KeywordsOf(candidates)) -> Plan:
     """The fastest configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits in
     memory (keyword arguments narrow the space, see :func:`candidates`).
 

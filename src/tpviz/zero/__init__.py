@@ -7,7 +7,7 @@ Rooms: ``plan`` (``memory(params, devices, stage, ...)``, ``collectives`` and
 the plan; ``train``: parameters against one device), ``draw``, ``explore`` and ``exercises``.
 """
 
-from tpviz.core.public import publish
+from tpviz.core.publish import publish
 from tpviz.errors import ZeroError
 from tpviz.zero import check, draw
 from tpviz.zero.check import Measurement, measure

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tpviz.core import validate
 from tpviz.core.collectives import Collective, Collectives
-from tpviz.core.kinds import Amount, Devices, OneOf, Positive, Rate
+from tpviz.core.kinds import Amount, Devices, KeywordsOf, OneOf, Positive, Rate
 from tpviz.errors import ZeroError
 
 STAGES = (0, 1, 2, 3)
@@ -112,8 +112,8 @@ def communication(params: Positive, devices: Devices, stage: OneOf(STAGES), *,
     return collectives(params, devices, stage, param_bytes=param_bytes).sent_bytes()
 
 
-def smallest_devices(params: Positive, stage: OneOf(STAGES), capacity: Rate, **sizes: Amount
-                     ) -> int | None:
+def smallest_devices(params: Positive, stage: OneOf(STAGES), capacity: Rate,
+                     **sizes: KeywordsOf(memory)) -> int | None:
     """The fewest devices on which the model's training state fits in ``capacity`` bytes each
     (None if no device count is enough: stages 0-2 keep some state whole on every device)."""
     whole = memory(params, 1, stage, **sizes)
