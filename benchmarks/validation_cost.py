@@ -82,10 +82,10 @@ def per_call() -> list[tuple[str, float, float, float]]:
     for name, fn, args in calls:
         raw = inspect.unwrap(fn)
         n = 20000
-        t = [min(timeit.repeat(lambda f=f: f(*args), number=n, repeat=5)) / n * 1e6
+        t = [min(timeit.repeat(lambda f=f, a=args: f(*a), number=n, repeat=5)) / n * 1e6
              for f in (fn, raw)]
-        t.append(min(timeit.repeat(lambda: inside["call"](fn, args), number=n, repeat=5))
-                 / n * 1e6)
+        t.append(min(timeit.repeat(lambda f=fn, a=args: inside["call"](f, a), number=n,
+                                   repeat=5)) / n * 1e6)
         rows.append((name, *t))
     return rows
 

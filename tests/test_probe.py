@@ -276,7 +276,6 @@ def test_setup_devices_refuses_more_than_memory_allows(monkeypatch):
 
 
 def test_make_mesh_refuses_a_bare_string():
-    from tpviz.errors import ShardingError
 
     with pytest.raises(TypeError, match=r"axis_names must be a list or tuple.*write \('data',\)"):
         tpviz.make_mesh((8,), "data")
