@@ -118,7 +118,7 @@ BAD = [
     (lambda: megatron.plan(16, 32, 64, 4, 4.0), TypeError, "devices must be an integer"),
     (lambda: megatron.plan(16, 32, 64, 4, 4, kind="mlpp"), ShardingError, "kind = 'mlpp'"),
     (lambda: megatron.check("mlp", mesh4("model"), X, X,
-                            {"wq": MLP["w1"]}), ShardingError, "needs the weights"),
+                            {"wq": MLP["w1"]}), ShardingError, "params must hold the keys 'w1', 'w2'"),
     (lambda: megatron.check("mlp", mesh4("tp"), X, X, MLP), ShardingError,
      "not 'model'"),
     (lambda: megatron.check("block", mesh4("model"), X, X,
@@ -138,7 +138,7 @@ BAD = [
     (lambda: tpviz.explore_mesh2d(data=3), ArgumentError, "data = 3"),
     (lambda: tpviz.explore_matmul(system="TPU"), ArgumentError, "system = 'TPU'"),
     # expert parallelism (MoE)
-    (lambda: moe.route(np.zeros(8), 2, 1.0), ArgumentError, "logits must be a 2-D array"),
+    (lambda: moe.route(np.zeros(8), 2, 1.0), ArgumentError, r"logits must be an array \[T, E\]"),
     (lambda: moe.route(np.zeros((8, 4)), 2, 1.0, groups=0), ArgumentError,
      "groups must be a positive integer"),
     (lambda: moe.keep(np.zeros((8, 2), int), 4, 2, groups=0), ArgumentError,
@@ -309,6 +309,7 @@ def _issue_42():
     from tpviz.core import cost
     from tpviz.core import hardware as hw
     from tpviz.machines import draw as machines_draw
+    from tpviz.pipeline.explore import render_pipeline
     from tpviz.zero import check as zero_check
 
     nan = math.nan
@@ -374,6 +375,7 @@ def _issue_42():
             (lambda: asyncpipe.versions("sync", 10**9), "more than the bound of 65,536"),
             (lambda: context.zigzag_order(2**40, 8), "more than the bound"),
             (lambda: context.check("ring", 2**20, 8), "batch × heads × sequence²"),
+            (lambda: render_pipeline("1f1b", 512, 1024, 1, 2.0), "bars of the Gantt chart"),
         ],
     }
 

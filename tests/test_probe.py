@@ -335,7 +335,7 @@ def test_cluster_arguments_are_refused_before_any_process_starts(argv, capsys):
 
 @pytest.mark.parametrize(("kwargs", "words"), [
     (dict(lrs=(NAN,)), "lrs"), (dict(lrs=()), "one or more"), (dict(labels=()), "empty"),
-    (dict(labels="synchronous"), "tuple of run names"), (dict(labels=None), "tuple"),
+    (dict(labels="synchronous"), "labels must be a list or tuple"), (dict(labels=None), "tuple"),
     (dict(width=0), "width"), (dict(rows=2.5), "rows"), (dict(momentum=1.0), "below 1"),
     (dict(momentum=NAN), "momentum"), (dict(steps=5000, width=256), "the work"),
 ])
@@ -366,7 +366,7 @@ def _new_chapter_calls():
         (lambda: zigzag_order(64, NAN), "devices must be an integer"),
         (lambda: plan("ring", 1024, 8, None, 8), "hidden must be an integer"),
         (lambda: compare.layer("ring", 1024, 8, 512, 8, causal="yes"), "True or False"),
-        (lambda: compare.layer("ring", 1024, 8, 512, 8, system=None), "system = None"),
+        (lambda: compare.layer("ring", 1024, 8, 512, 8, system=None), "system must be a System"),
         (lambda: compare.hiding_block(0), "hidden must be a positive integer"),
         (lambda: torch_plan.parse("nope"), "not one of torch's pipeline actions"),
         (lambda: torch_plan.parse(5), "action must be torch's action as text"),

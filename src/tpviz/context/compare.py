@@ -25,6 +25,7 @@ from tpviz.context.plan import check_sizes, plan
 from tpviz.core import validate
 from tpviz.core.collectives import Collective
 from tpviz.core.cost import SYSTEMS, System
+from tpviz.core.cost import system as lookup
 from tpviz.core.kinds import Amount, Devices, Dtype, Time
 from tpviz.core.layout import dtype_size
 
@@ -40,12 +41,14 @@ def price(collectives: Sequence[Collective], system: System) -> Time:
     """Seconds to run ``collectives`` on ``system``, each priced by the book's hardware model
     (:meth:`tpviz.core.cost.System.price`: the torus or the GPU nodes and their links, latency
     included). The one place this topic prices communication."""
+    system = lookup(system)
     return sum(system.price(c).seconds for c in collectives)
 
 
 def egress(system: System, devices: Devices) -> float:
     """W: bytes/s one device sends to its ring neighbour, NVLink (or ICI) when the group fits in
     a node, else its share of the node's network egress."""
+    system = lookup(system)
     if system.node and devices > system.node and system.between_nodes:
         return system.between_nodes
     return system.bandwidth

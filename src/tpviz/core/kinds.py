@@ -96,12 +96,13 @@ def Sizes(maximum: int | None = EXACT, why: str = "", *, minimum: int = 1,
     return Annotated[tuple, Seq(Int(minimum, maximum, why), length or 0, length)]
 
 
-def ArrayOf(ndim: int | str | None = None, *, finite: bool = False, integer: bool = False):
+def ArrayOf(ndim: int | str | None = None, *, finite: bool = False, integer: bool = False,
+            loose: bool = False):
     """An array of numbers: ``ndim`` dimensions, or named ones (``"B S H"``, ``"... H"``: the
     same name means the same size across the function's arrays); finite, integers, if asked."""
     if isinstance(ndim, str):
-        return Annotated[object, Array(None, finite, integer, ndim)]
-    return Annotated[object, Array(ndim, finite, integer)]
+        return Annotated[object, Array(None, finite, integer, ndim, loose=loose)]
+    return Annotated[object, Array(ndim, finite, integer, loose=loose)]
 
 
 def Keys(*required: str, closed: bool = False, dims: dict | None = None):

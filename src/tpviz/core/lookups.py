@@ -244,14 +244,6 @@ class Lookup(Rule):
                                         f"({type(value).__name__}).")
             _named(name, as_spec, value)
 
-    def convert(self, value):
-        """A system's name as its :class:`tpviz.core.cost.System` (the body gets the object)."""
-        if self.kind == "system" and isinstance(value, str):
-            from tpviz.core.cost import system
-
-            return system(value)
-        return value
-
 
 def _named(name: str, lookup, value) -> None:
     """``lookup(value)``, its error saying which argument it is about."""

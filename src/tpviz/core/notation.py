@@ -100,7 +100,8 @@ def parse(notation: str) -> Notation:
 
 
 def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None = None,
-                ndim: Size(64, "an array has at most a few dimensions") | None = None) -> str:
+                ndim: Size(64, "an array has at most a few dimensions", minimum=0) | None = None
+                ) -> str:
     """Print a ``PartitionSpec`` in the notation: ``P("X", None)`` -> ``"A[I_X, J]"``."""
     ndim = max(len(spec), ndim or 0, len(dims or ()))
     dims = tuple(dims) if dims else tuple(DIM_LETTERS[:ndim])

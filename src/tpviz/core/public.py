@@ -74,11 +74,11 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
             None, None)
         return k.Map(key, value, minimum=int(bool(args) and not record))
     if annotation is np.ndarray:
-        return r.Array()
+        return r.Maybe(r.Array()) if record else r.Array()
     if annotation is abc.Callable or origin is abc.Callable:
         return k.Function()
     cost = sys.modules.get("tpviz.core.cost")
-    if cost is not None and annotation is cost.System:  # a System or its name: one lookup
+    if cost is not None and annotation is cost.System and not record:  # or its name: one lookup
         return k.Lookup("system")
     if isinstance(annotation, type) and annotation is not object:
         return r.Instance(annotation)
@@ -95,7 +95,6 @@ class Spec:
     extra: object = None  # the rule of each **kwargs value
     cross: list = dataclasses.field(default_factory=list)  # (name, AxisOf, mesh index, default)
     shaped: list = dataclasses.field(default_factory=list)  # (index, name, Array with dims)
-    converts: list = dataclasses.field(default_factory=list)  # (index, name, rule): a System
     result: object = None
     undeclared: tuple = ()  # parameters with no kind (tests list them)
 
@@ -126,8 +125,6 @@ def spec_of(fn, label: str, record: bool = False) -> Spec:
         inner = rule.rule if isinstance(rule, r.Maybe) else rule
         if (isinstance(inner, r.Array) and inner.dims) or (isinstance(inner, k.Map) and inner.dims):
             spec.shaped.append((index, name, inner))
-        if isinstance(inner, k.Lookup) and inner.kind == "system":
-            spec.converts.append((index, name, inner))
         if hasattr(inner, "within") and inner.of in positions:  # AxisOf, KeyOf
             other_default = sig.parameters[inner.of].default
             spec.cross.append((index, name, inner, positions[inner.of], other_default,
@@ -181,17 +178,6 @@ def check(spec: Spec, args: tuple, kwargs: dict, error: type[Exception]) -> None
         other = _value(other_index, rule.of, args, kwargs, other_default)
         if other is not None and other is not inspect.Parameter.empty:
             rule.within(name, value, other, error)
-
-
-def _convert(spec: Spec, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Arguments with each system's name replaced by the System it names."""
-    args, kwargs = list(args), dict(kwargs)
-    for index, name, rule in spec.converts:
-        if index is not None and index < len(args):
-            args[index] = rule.convert(args[index])
-        elif name in kwargs:
-            kwargs[name] = rule.convert(kwargs[name])
-    return tuple(args), kwargs
 
 
 def _agree(spec: Spec, args: tuple, kwargs: dict, error) -> None:
@@ -262,8 +248,6 @@ def public(fn=None, *, error: type[Exception] = ArgumentError, label: str | None
             return fn(*args, **kwargs)
         try:
             check(spec, args, kwargs, error)
-            if spec.converts:
-                args, kwargs = _convert(spec, args, kwargs)
             try:
                 out = fn(*args, **kwargs)
             except NameError as e:  # a collective's axis, outside jax.shard_map

@@ -163,11 +163,12 @@ class Array(Rule):
     the function's arrays; all finite if ``finite`` (on concrete values only, never on a traced
     one); integers if ``integer``."""
 
-    __slots__ = ("dims", "finite", "floating", "integer", "ndim")
+    __slots__ = ("dims", "finite", "floating", "integer", "loose", "ndim")
 
     def __init__(self, ndim: int | None = None, finite: bool = False, integer: bool = False,
-                 dims: str | None = None, floating: bool = False):
+                 dims: str | None = None, floating: bool = False, loose: bool = False):
         self.ndim, self.finite, self.integer, self.floating = ndim, finite, integer, floating
+        self.loose = loose  # lists and tuples of numbers too, where the body converts them
         self.dims = tuple(dims.split()) if dims else None
 
     what = "an array of numbers"
@@ -177,7 +178,7 @@ class Array(Rule):
             raise ArgumentTypeError(f"{name} must be an array of numbers, got "
                                     f"{type(value).__name__} {v._short(value)}.")
         shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-        if dtype is None and (self.dims or self.ndim is not None):  # the body uses its methods
+        if dtype is None and (self.dims or self.ndim is not None) and not self.loose:
             raise ArgumentTypeError(f"{name} must be a NumPy or JAX array, got "
                                     f"{type(value).__name__} {v._short(value)}; wrap it in "
                                     f"np.asarray(...).")

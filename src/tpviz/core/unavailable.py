@@ -83,6 +83,8 @@ def codes(obj, seen: set | None = None) -> set[types.CodeType]:
                 found |= codes(const, seen)
         return found
     if isinstance(obj, types.FunctionType):
+        if hasattr(obj, "__tpviz_public__"):  # the checks' wrapper, shared by every public
+            return codes(obj.__wrapped__, seen)  # function: the function it wraps
         return codes(obj.__code__, seen)
     if isinstance(obj, types.MethodType | staticmethod | classmethod):
         return codes(obj.__func__, seen)

@@ -10,7 +10,7 @@ from matplotlib.ticker import LogLocator, ScalarFormatter
 
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
-from tpviz.core.kinds import Any_, Sizes
+from tpviz.core.kinds import Any_, Index, Sizes
 from tpviz.inference.paged import Paging
 from tpviz.inference.plan import critical_batch, decode, kv_cache_bytes, model_of, weight_bytes
 
@@ -40,7 +40,7 @@ def kv_growth(model: Any_, contexts: Sizes() = (1024, 4096, 16384, 65536, 131072
     return fig
 
 
-def decode_times(model: Any_, system: str, chips: int, context: int, dtype: str = "bf16",
+def decode_times(model: Any_, system: str, chips: int, context: Index, dtype: str = "bf16",
                  batches: Sizes() = BATCHES, contexts: Sizes() = (2048, 8192, 32768),
                  marked: int | None = None
                  ) -> Figure:

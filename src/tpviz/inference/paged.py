@@ -114,7 +114,7 @@ def simulate(lengths: Sizes(), max_tokens: int, block: int = 16) -> Paging:
 
 
 def paged_attention(q: ArrayOf("1 N D"), k_pool: ArrayOf("P B M D"), v_pool: ArrayOf("P B M D"),
-                    table: ArrayOf("T", integer=True), length: int):
+                    table: ArrayOf("T", integer=True, loose=True), length: int):
     """Attention of one request's new token over its cache read through its block table.
 
     ``q[1, n_h, d_h]``; ``k_pool, v_pool[blocks, block, n_kv, d_h]`` every request's blocks;

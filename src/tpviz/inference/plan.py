@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from tpviz.core import hardware as hw
 from tpviz.core import validate
-from tpviz.core.kinds import Amount, Any_, OneOf
+from tpviz.core.kinds import Amount, Any_, Index, OneOf
 from tpviz.errors import ArgumentError, ArgumentTypeError
 
 #: bytes per value of the weights and caches a server keeps (int4: two values per byte)
@@ -239,7 +239,7 @@ def _inputs(model, system, chips, dtype, kv_dtype, compute):
     return m, system, net, n, w, kv, chip, act
 
 
-def decode(model: Any_, system: str, chips: int, batch: int, context: int, dtype: str = "bf16", *,
+def decode(model: Any_, system: str, chips: int, batch: int, context: Index, dtype: str = "bf16", *,
            kv_dtype: str | None = None, compute: str = "bf16", queries: int = 1) -> Step:
     """One decode step of ``batch`` sequences with ``context`` tokens cached each, on ``chips``
     chips of ``system`` (a key of ``core.hardware.SYSTEMS``), weights in ``dtype``, the cache

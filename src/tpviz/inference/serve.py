@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from tpviz.core import hardware as hw
 from tpviz.core import validate
-from tpviz.core.kinds import Any_, KeywordsOf, Sizes
+from tpviz.core.kinds import Any_, Index, KeywordsOf, Sizes
 from tpviz.errors import ArgumentError
 from tpviz.inference.plan import (
     bytes_of,
@@ -76,7 +76,7 @@ def min_chips(model: Any_, system: str, dtype: str = "bf16", batch: int = 1, con
                         f"and context = {context}; use fewer or shorter sequences.")
 
 
-def max_batch(model: Any_, system: str, chips: int, context: int, dtype: str = "bf16", *,
+def max_batch(model: Any_, system: str, chips: int, context: Index, dtype: str = "bf16", *,
               kv_dtype: str | None = None) -> int:
     """The largest batch whose caches fit beside the weights (0: the weights alone do not)."""
     step = decode(model, system, chips, 1, context, dtype, kv_dtype=kv_dtype)
@@ -86,7 +86,7 @@ def max_batch(model: Any_, system: str, chips: int, context: int, dtype: str = "
     return max(0, int(free // kv_cache_bytes(model, context + 1, kv_dtype or dtype)))
 
 
-def curve(model: Any_, system: str, chips: int, context: int, dtype: str = "bf16",
+def curve(model: Any_, system: str, chips: int, context: Index, dtype: str = "bf16",
           batches: Sizes() = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
           **kw: KeywordsOf(decode)) -> list:
     """Decode steps at each batch that fits: the latency/throughput curve."""
@@ -140,7 +140,8 @@ def speculative(acceptance: float, draft_tokens: int, cost_ratio: float) -> tupl
     return tokens, tokens / (gamma * kappa + 1)
 
 
-def speculative_priced(target: Any_, draft: Any_, system: str, chips: int, batch: int, context: int,
+def speculative_priced(target: Any_, draft: Any_, system: str, chips: int, batch: int,
+                       context: Index,
                        acceptance: float, draft_tokens: int, dtype: str = "bf16") -> dict:
     """Speculative decoding priced on the roofline: γ draft steps and one target step of γ + 1
     queries per sequence, against plain target steps. Returns κ, the formula's speed-up and

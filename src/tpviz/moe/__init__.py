@@ -7,6 +7,7 @@ GShard's einsums under GSPMD, and on one device), ``check``, ``draw``, ``explore
 """
 
 from tpviz.core.publish import publish
+from tpviz.errors import ShardingError
 from tpviz.moe import draw
 from tpviz.moe.check import Check, check
 from tpviz.moe.explore import explore_moe, render_moe
@@ -42,4 +43,4 @@ __all__ = ["AXIS", "Check", "Plan", "Routing", "aux_loss", "capacity", "check", 
            "keep", "layer", "place", "plan", "reference", "reference_step", "render_moe", "route",
            "skewed_logits", "softmax", "specs", "top_k", "train_step"]
 
-publish(globals())
+publish(globals(), error=ShardingError)
