@@ -128,6 +128,26 @@ def test_spread_counts_and_ratios():
     assert "1.00 - 5.00" in spread.table({0.2: curves})
 
 
+def test_panels_give_each_run_its_own_colour_and_legend():
+    from matplotlib.colors import to_hex
+
+    from tpviz.asyncpipe import draw
+
+    def curve(label, seed):
+        rng = np.random.default_rng(seed)
+        return train.Curve(label, (0, 1), 1 + rng.random((2, 20)), None, None)
+
+    left = {f"run {k}": curve(f"run {k}", k) for k in range(6)}
+    right = {f"other {k}": curve(f"other {k}", k) for k in range(4)}
+    fig = draw.curves_panels({"left": left, "right": right})
+    for ax, runs in zip(fig.axes, (left, right), strict=True):
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend == list(runs)
+        colours = [to_hex(line.get_color()) for line in ax.get_lines()]
+        assert len(set(colours)) == len(runs)  # no two runs of a panel share a colour
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["left", "right"]
+
+
 def test_live_figure_rows_are_the_plan():
     rows = explore.zoo_rows("pipedream", 4, 8, True)
     ops = [r for r in rows if "device" in r]

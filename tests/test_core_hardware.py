@@ -16,6 +16,9 @@ def test_wraparound_follows_each_generation_rule():
     assert hw.tpu("TPU v5e", (4, 4)).wrap == (False, False)
     assert hw.tpu("TPU v5p", (4, 4, 8)).wrap == (True, True, True)
     assert hw.tpu("TPU v5p", (2, 2, 4)).wrap == (False, False, False)
+    # a v4p/v5p slice named by fewer axes is padded with 1s: 4x4 is 4x4x1, not whole cubes
+    assert hw.tpu("TPU v4p", (4, 4)).wrap == (False, False)
+    assert hw.tpu("TPU v5p", (16,)).wrap == (False,)
 
 
 def test_all_gather_with_and_without_wraparound():
@@ -62,6 +65,30 @@ def test_hierarchical_on_two_and_thirty_two_nodes():
     # a group with one GPU per node uses one 50 GB/s NIC (the rails serve the other groups)
     strided = c.price("all-gather", 1.6e9, 32, per_node=1)
     assert strided.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 5e10)
+
+
+def test_scalable_units_bound_the_ring_between_nodes():
+    # the Scaling Book's precise form: V · max over levels of (D - 1)/(D · W); the leaf level
+    # is one SU of 32 nodes at 400 GB/s (413 GB/s), the spine 4 SUs at 12.8 TB/s each
+    c = hw.gpu_cluster("H100", 1024)  # 128 nodes
+    p = c.price("all-gather", 1.6e9)
+    assert p.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 4e11)  # not 127/128
+    assert p.latency_s == pytest.approx(6.6e-6 + 7 * 0.6e-6 + (31 + 3) * 2.7e-6)
+    # within one SU nothing changes: 32 nodes, 31/32 as before
+    assert c.price("all-gather", 1.6e9, 256).bandwidth_s == pytest.approx(p.bandwidth_s)
+
+
+def test_nccl_flat_ring_counts_steps_as_tuning_cc():
+    # NCCL's ring latency (src/graph/tuning.cc): baseLat + (nsteps - nInterSteps) · intraLat
+    # + nInterSteps · interLat, nsteps = n - 1 (2(n - 1) for an all-reduce), nInterSteps =
+    # nNodes - 1 (twice), intraLat = max(0.6, netOverhead 1.0) µs once it spans nodes, 2.7 µs
+    c = hw.gpu_cluster("H100", 32)  # 4 nodes of 8
+    ag = c.price("all-gather", 1.6e9, algorithm="ring")
+    assert ag.latency_s == pytest.approx(6.6e-6 + 28 * 1.0e-6 + 3 * 2.7e-6)  # 42.7 µs
+    ar = c.price("all-reduce", 1.6e9, algorithm="ring")
+    assert ar.latency_s == pytest.approx(6.6e-6 + 2 * (28 * 1.0e-6 + 3 * 2.7e-6))  # 78.8 µs
+    # every byte of 31/32 V crosses the slower of NVLink (450) and the 8 NICs (400 GB/s)
+    assert ag.bandwidth_s == pytest.approx(31 / 32 * 1.6e9 / 4e11)
 
 
 def test_sharp_all_reduce_costs_v_over_w():
@@ -143,6 +170,15 @@ def test_groups_are_laid_out_along_torus_axes():
     assert (v5e.group(16).wrap, v5e.group(32).mesh_shape) == ((True,), (16, 2))
     assert (v5p.group(8).wrap, v5p.group(2).wrap) == ((True,), (False,))
     assert v5p.group(4096).mesh_shape == (16, 16, 16)
+    # on v5p each group axis that is a multiple of 4 is a whole slice axis (a ring), the rest
+    # a segment: 32 chips are a ring of 16 and a line of 2, not two lines (16 and 64 wrap)
+    assert (v5p.group(32).mesh_shape, v5p.group(32).wrap) == ((16, 2), (True, False))
+    assert v5p.group(512).wrap == (True, True, False)
+    assert v5p.group(64).wrap == (True, True)
+    # all-gather of V over the 32: links 2W + W, hops 8 + 1 (by hand)
+    p = v5p.group(32).price("all-gather", V)
+    assert p.bandwidth_s == pytest.approx(31 / 32 * V / (3 * 9e10), rel=1e-12)
+    assert p.latency_s == pytest.approx(9e-6, rel=1e-12)
     with pytest.raises(ArgumentError, match="devices"):
         v5e.group(17)
 
@@ -204,6 +240,11 @@ def test_contract_names_and_bad_input():
     assert hw.roofline("H100", 1e12, 1e6).bound == "compute"
     with pytest.raises(ArgumentError, match="mesh_shape"):
         hw.tpu("TPU v5e", (32, 32))
+    with pytest.raises(ArgumentError, match="axis longer"):
+        hw.tpu("TPU v5e", (32, 8))  # 256 chips, but a v5e pod's axes are 16
+    with pytest.raises(ArgumentError, match="axis longer"):
+        hw.tpu("TPU v5p", (32, 16, 16))  # the v5p pod is 16x20x28
+    assert hw.tpu("TPU v5p", (28, 20, 16)).mesh_shape == (28, 20, 16)
     with pytest.raises(ArgumentError, match="kind"):
         hw.tpu("TPU v5e", (16,)).price("all-sum", 1.0)
     with pytest.raises(ArgumentError, match="per_node"):

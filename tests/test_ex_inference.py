@@ -43,6 +43,20 @@ def test_draft_length(capsys):
     fails(ex.check_draft_length, 4, words="pair")
 
 
+def test_draft_length_grades_the_pair_together():
+    """A wrong speed-up says nothing about γ (no per-key feedback to try γ = 1 … 12 against),
+    and a γ's message never shows its speed-up."""
+    def gain(g):
+        return (1 - 0.7 ** (g + 1)) / (0.3 * (0.1 * g + 1))
+
+    for g in (3, 4, 5):  # the right γ with a wrong speed-up reads like a wrong γ's
+        said = fails(ex.check_draft_length, (g, 1.7), words="the speed-up is 1.7, which is not")
+        assert "another" not in said and f"{gain(g):.3f}" not in said
+    said = fails(ex.check_draft_length, (3, gain(3)), words="speed-up of γ = 3, but another γ")
+    assert f"{gain(3):.2f}" not in said
+    fails(ex.check_draft_length, (0, 1.0), words="from 1 to 12")
+
+
 def test_paging_gain(capsys):
     lengths = answers.REQUESTS
     blocks = sum(-(-n // 16) for n in lengths)
@@ -69,7 +83,9 @@ def test_serving_design_grades_the_reasons():
     fails(ex.check_serving_design, *_priced("TPU v5p", 4, 256, "int8"), words="over the 30 ms")
     fails(ex.check_serving_design, *_priced("TPU v5e", 8, 160, "int8"), words="HBM")
     fails(ex.check_serving_design, *_priced("H100", 8, 64, "int8"), words="costs")
-    fails(ex.check_serving_design, *_priced("TPU v5e", 16, 1, "bf16"), words="costs")
+    said = fails(ex.check_serving_design, *_priced("TPU v5e", 16, 1, "bf16"), words="costs")
+    cost, best = _priced("TPU v5e", 16, 1, "bf16")[5], answers.cheapest()[0]
+    assert f"costs {1 - best / cost:.0%} less" in said  # the cheapest's saving, below 100%
     right = _priced("TPU v5p", 2, 96, "int8")
     fails(ex.check_serving_design, *right[:4], 12.0, right[5], words="ms per token")
     fails(ex.check_serving_design, "TPU v9", *right[1:], words="choose system")
@@ -143,9 +159,72 @@ def test_heads_decode_mutation_pass():
     fails(ex.check_heads_decode, _variant(extra=True), words="all-gather")  # an extra gather
     fails(ex.check_heads_decode, _variant(two_devices=True),
           words="right on 2 devices .* but on 4 devices")  # right on one mesh size only
-    fails(ex.check_heads_decode, _variant(reduce=False), words="wrong values")  # no all-reduce
-    fails(ex.check_heads_decode, _variant(write=False), words="cache")  # the cache never written
-    fails(ex.check_heads_decode, _variant(offset=1), words="wrong values")  # one position off
+    fails(ex.check_heads_decode, _variant(reduce=False), words="partial sum")  # no all-reduce
+    fails(ex.check_heads_decode, _variant(write=False),
+          words="hold none of the new tokens")  # the cache never written
+    fails(ex.check_heads_decode, _variant(offset=1),
+          words=r"position\(s\) \[8\], which no token has reached")  # one position off
+
+
+def _own_attention(x, wq, wk, wv, wo, k_cache, v_cache, pos, *, strict=False, stale=False,
+                   tile=False, scale=True, write_at=None):
+    """heads_attention with its own softmax, as a learner who does not use tiny.attend writes
+    it, with one of the mistakes the flags name."""
+    b, d = x.shape[0], k_cache.shape[-1]
+    q = (x @ wq).reshape(b, -1, d)  # [B, n_h/N, d_h]
+    at = pos if write_at is None else write_at
+    new_k = jax.lax.dynamic_update_slice(k_cache, (x @ wk).reshape(b, 1, -1, d), (0, at, 0, 0))
+    new_v = jax.lax.dynamic_update_slice(v_cache, (x @ wv).reshape(b, 1, -1, d), (0, at, 0, 0))
+    keys, values = (k_cache, v_cache) if stale else (new_k, new_v)
+    group = q.shape[1] // keys.shape[2]
+    spread = (lambda a: jnp.tile(a, (1, 1, group, 1))) if tile else (
+        lambda a: jnp.repeat(a, group, axis=2))
+    s = jnp.einsum("bnd,bsnd->bns", q, spread(keys)) / (jnp.sqrt(d) if scale else 1)
+    seen = jnp.arange(keys.shape[1]) < pos if strict else jnp.arange(keys.shape[1]) <= pos
+    o = jnp.einsum("bns,bsnd->bnd", jax.nn.softmax(jnp.where(seen, s, -1e30), -1),
+                   spread(values))
+    return jax.lax.psum(o.reshape(b, -1) @ wo, "model"), new_k, new_v
+
+
+@pytest.mark.parametrize(("mistake", "words"), [
+    ({}, None),  # the same program without a mistake passes
+    ({"strict": True}, "leaves out position pos"),  # the mask off by one
+    ({"stale": True}, "before this step's keys and values were written"),
+    ({"tile": True}, "wrong key/value heads"),  # GQA's groups tiled, not repeated
+    ({"scale": False}, "not divided by √d_h"),
+    ({"write_at": 5}, r"no keys at position\(s\) \[6, 7\]"),  # the first free slot, hard-coded
+])
+def test_heads_decode_names_attention_mistakes(mistake, words, capsys):
+    def fn(*args):
+        return _own_attention(*args, **mistake)
+
+    if words is None:
+        passes(ex.check_heads_decode, fn, capsys=capsys)
+    else:
+        fails(ex.check_heads_decode, fn, words=words)
+
+
+def test_heads_decode_names_collective_mistakes():
+    def scattered(*args):  # a reduce-scatter and an all-gather: an all-reduce written by hand
+        out, k, v = heads_attention(*args)
+        part = out / jax.lax.axis_size("model")  # as if not yet reduced: the same sum
+        total = jax.lax.psum_scatter(part, "model", scatter_dimension=1, tiled=True)
+        return jax.lax.all_gather(total, "model", axis=1, tiled=True), k, v
+
+    fails(ex.check_heads_decode, scattered, words="reduce-scatter")
+
+    def twice(*args):  # the output summed again "so that every device agrees"
+        out, k, v = heads_attention(*args)
+        return jax.lax.pmean(out, "model"), k, v
+
+    fails(ex.check_heads_decode, twice, words="6 all-reduces where the exercise needs 3")
+
+    def two_devices(x, wq, wk, wv, wo, k_cache, v_cache, pos):  # pmean, times N = 2
+        out, k, v = heads_attention(x, wq, wk, wv, wo, k_cache, v_cache, pos)
+        return out / jax.lax.axis_size("model") * 2, k, v
+
+    fails(ex.check_heads_decode, two_devices,
+          words="right on 2 devices .* 0.5 times the right one on 4 devices")
 
 
 # --- 14.6: the cross-device log-sum-exp combine ---------------------------------------------
@@ -189,7 +268,7 @@ def test_lse_combine_mutation_pass():
     def averaged(o, lse):  # a plain mean of the parts
         return jax.lax.pmean(o, "model")
 
-    fails(ex.check_lse_combine, averaged, words="wrong values")
+    fails(ex.check_lse_combine, averaged, words="equal weights")
 
     def two_devices(o, lse):  # psum(w) / N == pmean(w) only when N = 2
         m = jax.lax.pmax(lse, "model")
@@ -208,6 +287,44 @@ def test_lse_combine_mutation_pass():
         return jax.lax.psum(o * w, "model") / jax.lax.psum(w, "model")
 
     fails(ex.check_lse_combine, local_max, words="wrong values")
+
+
+def test_lse_combine_names_weighting_mistakes(capsys):
+    def ratio_of_means(o, lse):  # pmean for both sums: the ratio is the same, and so the bytes
+        m = jax.lax.pmax(lse, "model")
+        w = jnp.exp(lse - m)[..., None]
+        return jax.lax.pmean(o * w, "model") / jax.lax.pmean(w, "model")
+
+    passes(ex.check_lse_combine, ratio_of_means, capsys=capsys)
+
+    def unnormalised(o, lse):  # weights relative to the largest, never divided by their sum;
+        m = jax.lax.pmax(lse, "model")  # right on 2 devices when one part dominates every score
+        return jax.lax.psum(o * jnp.exp(lse - m)[..., None], "model")
+
+    fails(ex.check_lse_combine, unnormalised, words="on 2 devices .* do not add up to 1")
+
+    def largest(o, lse):  # the part with the largest lse_i alone
+        m = jax.lax.pmax(lse, "model")
+        return jax.lax.psum(jnp.where((lse == m)[..., None], o, 0.0), "model")
+
+    fails(ex.check_lse_combine, largest, words="on 2 devices .* largest lse_i is kept")
+    fails(ex.check_lse_combine, lambda o, lse: o, words="own part")
+
+    def gathered_lse(o, lse):  # every lse_i on every device, the sums reduced
+        every = jax.lax.all_gather(lse, "model")  # [N, B, n_h]
+        w = jnp.exp(lse - every.max(axis=0))[..., None]
+        return jax.lax.psum(o * w, "model") / jax.lax.psum(w, "model")
+
+    fails(ex.check_lse_combine, gathered_lse, words="all-gather")
+
+    def pairwise(o, lse):  # exchanges parts with one neighbour: the whole on 2 devices only
+        pair = [(0, 1), (1, 0)]
+        other, theirs = (jax.lax.ppermute(a, "model", pair) for a in (lse, o))
+        m = jnp.maximum(lse, other)
+        a, b = jnp.exp(lse - m)[..., None], jnp.exp(other - m)[..., None]
+        return (a * o + b * theirs) / (a + b)
+
+    fails(ex.check_lse_combine, pairwise, words="right on 2 devices .* but on 4 devices")
 
 
 @pytest.mark.parametrize("check", [ex.check_heads_decode, ex.check_lse_combine])

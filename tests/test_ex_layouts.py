@@ -52,6 +52,29 @@ def test_total_rejects_wrong_programs(wrong, words):
     fails(ex.check_total, wrong, X8, words=words)
 
 
+def test_total_rejects_a_shard_map_that_leaves_the_sum_to_the_compiler():
+    """Review (issue 39): a shard_map that only sums locally, the global sum left to the compiler
+    outside it (it inserts the all-reduce), passed; so did a right program wrapped in reshards."""
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    local = jax.shard_map(lambda b: b.sum(keepdims=True).reshape(1), mesh=mesh8, in_specs=SPLIT,
+                          out_specs=SPLIT)
+    fails(ex.check_total, jax.jit(lambda a: jnp.sum(local(a))), X8,
+          words="computes outside its jax.shard_map .reduce_sum.")
+    right = _total(lambda b: jax.lax.psum(b.sum(), "X"))
+    fails(ex.check_total, jax.jit(lambda a: right(jax.lax.with_sharding_constraint(
+        a, NamedSharding(mesh8, P())))), X8, words="computes outside its jax.shard_map")
+
+
+def test_total_passes_other_right_programs(capsys):
+    """Review: the mean times the axis size, and check_vma=False, are right too."""
+    passes(ex.check_total, _total(lambda b: jax.lax.pmean(b.sum(), "X") *
+                                  jax.lax.axis_size("X")), X8, capsys=capsys)
+    mesh8 = tpviz.make_mesh((8,), ("X",))
+    passes(ex.check_total, jax.jit(jax.shard_map(
+        lambda b: jax.lax.psum(jnp.sum(b.sum(1)), "X"), mesh=mesh8, in_specs=SPLIT,
+        out_specs=P(), check_vma=False)), X8, capsys=capsys)
+
+
 # --- 0.5 reshard by hand, in Manual mode inside Explicit mode -----------------------------------
 
 def _to_rows(move, in_specs=BLOCKS, out_specs=ROWS):
@@ -93,6 +116,35 @@ def _four_pieces(block):  # written for the (2, 4) mesh: 4 pieces, whatever Y's 
 ])
 def test_explicit_reshard_rejects_wrong_programs(wrong, words):
     fails(ex.check_explicit_reshard, wrong, words=words)
+
+
+def test_explicit_reshard_rejects_reshard_around_a_shard_map():
+    """Review: jax.sharding.reshard before or after a shard_map that moves nothing passed (the
+    compiler did the all-to-all); so must a right program with an extra reshard."""
+    def before(a):
+        return _to_rows(lambda b: b, in_specs=ROWS)(jax.sharding.reshard(a, ROWS))
+
+    def after(a):
+        return jax.sharding.reshard(_to_rows(lambda b: b * 1, out_specs=BLOCKS)(a), ROWS)
+
+    for wrong in (before, after):
+        fails(ex.check_explicit_reshard, wrong, words="computes outside its jax.shard_map "
+              r"\(reshard\)")
+
+
+def test_explicit_reshard_passes_other_right_programs(capsys):
+    """Review: untiled all_to_all with reshapes under check_vma=False, and the abstract mesh
+    named explicitly, are right."""
+    def untiled(block):
+        ny = jax.lax.axis_size("Y")
+        got = jax.lax.all_to_all(block.reshape(ny, -1, block.shape[1]), "Y", 0, 0)
+        return jnp.concatenate([got[j] for j in range(ny)], axis=1)
+
+    passes(ex.check_explicit_reshard, lambda a: jax.shard_map(
+        untiled, in_specs=BLOCKS, out_specs=ROWS, check_vma=False)(a), capsys=capsys)
+    passes(ex.check_explicit_reshard, lambda a: jax.shard_map(
+        _right, mesh=jax.sharding.get_abstract_mesh(), in_specs=BLOCKS, out_specs=ROWS)(a),
+        capsys=capsys)
 
 
 def test_explicit_reshard_stops_an_endless_loop(monkeypatch):

@@ -17,7 +17,13 @@ from tpviz.core import exercises as framework
 from tpviz.errors import GradingError
 from tpviz.grading import metadata
 from tpviz.grading.files import MANIFEST, refuse_inside, write_all
-from tpviz.grading.student import BEGIN, END, strip_solutions, strip_worked_answers
+from tpviz.grading.student import (
+    BEGIN,
+    END,
+    WORKED_ANSWER_STUB,
+    strip_solutions,
+    strip_worked_answers,
+)
 
 pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
 
@@ -56,6 +62,20 @@ def test_worked_answers_become_a_note():
         strip_worked_answers("```{admonition} Answer\nsecret")
 
 
+def test_worked_answers_in_details_become_a_note_and_other_details_stay():
+    md = ("**Question 1.** Why $x^2$?\n\n<details>\n<summary>Answer</summary>\n\nBecause "
+          "$x \\cdot x$.\n\n<details><summary>More</summary>\n\nnested 42\n\n</details>\n\n"
+          "</details>\nAfter.\n\n<details>\n<summary>Hint</summary>\n\nLook up.\n\n</details>")
+    out = strip_worked_answers(md)
+    assert "Because" not in out and "nested 42" not in out and "<summary>Answer" not in out
+    assert out.startswith("**Question 1.** Why $x^2$?") and WORKED_ANSWER_STUB in out
+    assert "After." in out and "<summary>Hint</summary>" in out and "Look up." in out
+    one_line = strip_worked_answers("<details><summary><b>Answer</b></summary>\n\nx\n</details>")
+    assert one_line == WORKED_ANSWER_STUB
+    with pytest.raises(ValueError, match="no closing"):
+        strip_worked_answers("<details>\n<summary>Answer</summary>\nsecret")
+
+
 def test_a_stub_scores_zero_while_grading(monkeypatch, capsys):
     @framework.checker("Exercise")
     def check(answer):
@@ -91,7 +111,7 @@ def test_a_check_cell_saying_not_attempted_scores_zero_outside_the_kernel():
     cell = NotebookNode(cell_type="code", metadata={"nbgrader": {
         "grade": True, "solution": False, "points": 2, "grade_id": "x"}}, outputs=[
         NotebookNode(output_type="stream", name="stdout",
-                     text=f"⏳ X: {framework.NOT_ATTEMPTED}. Fill in the cell above.\n")])
+                     text=f"{framework.PENDING} X: {framework.NOT_ATTEMPTED}. Fill in the cell above.\n")])
     assert plugins._says_not_attempted(cell) and determine_grade(cell) == (2, 2)
     cell.outputs.append(NotebookNode(output_type="error", ename="NotAttempted", evalue="",
                                      traceback=[]))
@@ -286,8 +306,9 @@ def _secret_lines(nb: dict) -> set[str]:
             regions = re.findall(rf"{BEGIN}\n(.*?){END}", text, re.S)
             rest = re.sub(rf"{BEGIN}\n.*?{END}", "", text, flags=re.S)
         else:
-            regions = re.findall(r"```\{admonition\} Answer\n(.*?)```", text, re.S)
-            rest = re.sub(r"```\{admonition\} Answer\n.*?```", "", text, flags=re.S)
+            answer = r"```\{admonition\} Answer\n(.*?)```|<details>\s*<summary>Answer</summary>(.*?)</details>"
+            regions = ["".join(r) for r in re.findall(answer, text, re.S)]
+            rest = re.sub(answer, "", text, flags=re.S)
         secret |= {ln.strip() for r in regions for ln in r.splitlines()}
         public |= {ln.strip() for ln in rest.splitlines()}
     secret -= public
@@ -302,7 +323,8 @@ def test_no_solution_text_reaches_students(path, released):
     student = json.loads((released / path.name).read_text())
     lines = {ln.strip() for _, text in _cells(student) for ln in text.splitlines()}
     assert not secret & lines
-    assert not any(BEGIN in text or "{admonition} Answer" in text for _, text in _cells(student))
+    assert not any(BEGIN in text or "{admonition} Answer" in text or "<summary>Answer" in text
+                   for _, text in _cells(student))
     # the check cells are locked and carry their points
     checks = [c for c in student["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
     assert checks and all(c["metadata"]["editable"] is False for c in checks)
@@ -316,6 +338,11 @@ def test_rerunning_keeps_a_learners_work(released, tmp_path):
     with pytest.raises(GradingError, match="--force"):
         release(BOOK, released, [NOTEBOOKS[0].stem])
     assert b"= 42" in mine.read_bytes()
+    # make lab: the changed copy is kept, the others are written (here: a missing one)
+    other = released / NOTEBOOKS[1].name
+    other.unlink()
+    written = release(BOOK, released, [NOTEBOOKS[0].stem, NOTEBOOKS[1].stem], keep_changed=True)
+    assert written == [other] and b"= 42" in mine.read_bytes()
     mine.write_bytes(original)
 
 

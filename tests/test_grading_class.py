@@ -34,7 +34,7 @@ BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTER = "00_devices_meshes_shardings"
 TIMEOUT_S = 20
 SECRET = "ada-secret-0f9c27"  # in ada's notebook only
-FULL = {"ex0_1": 1, "ex0_2": 1, "ex0_3": 3, "ex0_4": 3, "ex0_5": 3, "ex0_6": 3}
+FULL = {"ex0_1": 1, "ex0_2": 1, "ex0_3": 1, "ex0_4": 3, "ex0_5": 3, "ex0_6": 3}  # 0.3: one-line
 FIND = """
 import glob, os
 found = []

@@ -103,6 +103,51 @@ def test_tensor_parallel_latency_grows_with_the_slice():
     assert one.latency_s == pytest.approx(2 * (3 + 3) * 1e-6)  # a 4x4 without wraparound
 
 
+def test_all_reduces_on_a_v5e_line_mesh_are_the_alpha_beta_model():
+    """The chapter's decode times on v5e 4x4 and 4x2 (no wraparound) against the alpha-beta model
+    written out: each pass (reduce-scatter, all-gather) sends (N-1)/N of V over one 4.5e10 B/s
+    link per axis, and takes (n - 1) hops of 1 us per axis."""
+    def all_reduce(v, shape):
+        n = math.prod(shape)
+        return 2 * ((n - 1) / n * v / (len(shape) * 4.5e10) + sum(k - 1 for k in shape) * 1e-6)
+
+    for chips, shape, batch in ((16, (4, 4), 1), (16, (4, 4), 64), (8, (4, 2), 32)):
+        step = inference.decode(LLAMA, "TPU v5e", chips, batch, 8192, "int8")
+        assert step.comm_s == pytest.approx(
+            2 * LLAMA.layers * all_reduce(batch * LLAMA.hidden * 2, shape), rel=1e-9)
+    # the figure's text: on 16 chips (int8, S = 8,192) the all-reduces pass the weights' HBM
+    # time at B = 64, the caches' at B = 52 ("near 50": 69.5e9 bytes of weights read, the input
+    # embedding being a lookup, against 8,192 x 163,840 bytes of cache per sequence)
+    weights = (LLAMA.params - LLAMA.vocab * LLAMA.hidden) / (16 * 8.1e11)
+    first = next(b for b in range(1, 200)
+                 if 2 * LLAMA.layers * all_reduce(b * LLAMA.hidden * 2, (4, 4)) > weights)
+    step = inference.decode(LLAMA, "TPU v5e", 16, first, 8192, "int8")
+    assert first == 64 and step.comm_s > step.matmul.memory_s
+    assert inference.decode(LLAMA, "TPU v5e", 16, 63, 8192, "int8").comm_s < weights
+    cached = math.ceil(weights * 16 * 8.1e11 / (8192 * 163_840))
+    assert cached == 52 == next(b for b in range(1, 200) if (
+        s := inference.decode(LLAMA, "TPU v5e", 16, b, 8192, "int8")).attention.memory_s
+        > s.matmul.memory_s)
+
+
+def test_batch_one_turns_communication_bound_and_still_gets_faster():
+    steps = [inference.decode(LLAMA, "TPU v5e", n, 1, 4096) for n in (16, 32, 64, 256)]
+    assert [s.bound for s in steps] == ["memory", "memory", "communication", "communication"]
+    assert [round(s.seconds * 1e3, 2) for s in steps] == sorted(
+        (round(s.seconds * 1e3, 2) for s in steps), reverse=True)
+
+
+def test_the_explorers_suggestions_hold():
+    # "S = 16,384 at B = 64 (the caches dominate)": it fits on the default 16 chips
+    step = inference.decode(LLAMA, "TPU v5e", 16, 64, 16384, "int8")
+    assert step.fits and step.attention.memory_s > 2 * step.matmul.memory_s
+    assert not inference.decode(LLAMA, "TPU v5e", 16, 64, 65536, "int8").fits
+    # "64 chips at B = 1 (the all-reduces do)", at the kernel's and the web page's contexts
+    for context in (4096, 8192):
+        assert inference.decode(LLAMA, "TPU v5e", 64, 1, context, "int8").bound == \
+            "communication"
+
+
 def test_2d_weight_stationary_beats_1d_past_the_scaling_books_81_chips():
     def total(shape, layout):
         return sum(inference.weight_stationary(LLAMA, "TPU v5p", shape, 256, layout).values())

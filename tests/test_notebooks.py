@@ -1,11 +1,13 @@
 """House rules of the chapter notebooks (the chapters themselves run as tests: conftest.py).
 
-Run as a script (`python tests/test_notebooks.py`), it writes FIRST_CELL into every chapter
-whose first code cell is an install cell (one that calls tpviz.setup_devices).
+The install cell (the first code cell) is ``FIRST_CELL`` of tools/markup.py, the script that
+writes every notebook-wide markup; run as a script (`python tests/test_notebooks.py`), this file
+still writes it (through that script) into every chapter.
 """
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,30 +16,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+sys.path.insert(0, str(ROOT / "tools"))
+import markup  # noqa: E402
 
-# The first code cell of every chapter, exactly; {url} is _config.yml's repository URL. It
-# installs tpviz only where it is missing (pyproject.toml's ranges admit Colab's versions, so
-# there it installs tpviz alone), says in one line what it did and which JAX it found, and then
-# chooses the devices every later cell uses.
-FIRST_CELL = """\
-# Installs tpviz where it is missing (e.g. on Colab); keeps the runtime's JAX and ipywidgets.
-try:
-    import tpviz
-
-    installed = "tpviz was already installed"
-except ImportError:
-    %pip install --quiet "tpviz @ git+{url}"
-    import tpviz
-
-    installed = f"installed tpviz {tpviz.__version__}"
-print(f"{installed}; found {tpviz.compat.versions()}.")
-
-devices = tpviz.setup_devices(8)  # 8 accelerators if present, else 8 emulated CPU devices
-assert len(devices) == 8"""
+FIRST_CELL = markup.FIRST_CELL
 
 
 def first_cell() -> str:
-    return FIRST_CELL.replace("{url}", CONFIG["repository"]["url"])
+    return markup.first_cell()
 
 
 def cells(path, kind="code"):
@@ -58,9 +44,34 @@ def test_stored_without_outputs(path):
 def test_first_cell_installs_and_sets_up_devices(path):
     first = "".join(cells(path)[0]["source"])
     assert first == first_cell(), (f"{path.name}: the first code cell must be FIRST_CELL of "
-                                   "tests/test_notebooks.py; run `python tests/test_notebooks.py`")
-    urls = re.findall(r"git\+(\S+?)\"", first)
-    assert urls == [CONFIG["repository"]["url"]], "the install cell must use _config.yml's URL"
+                                   "tools/markup.py; run `python tools/markup.py`")
+    urls = re.findall(r"git\+(\S+?)@(\S+?)\"", first)
+    # the repository of _config.yml, at the tag of this version (not the default branch's head)
+    assert urls == [(CONFIG["repository"]["url"], f"v{markup.version()}")]
+
+
+def test_the_install_cell_ends_in_a_clear_message_when_pip_fails(monkeypatch):
+    """pip's failure (no network, a wrong pin) ends in one sentence, not a ModuleNotFoundError
+    after pip's output: the cell runs as IPython runs it, with %pip doing nothing and tpviz
+    missing."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    code = TransformerManager().transform_cell(first_cell())
+    pip_calls = []
+
+    class Shell:
+        def run_line_magic(self, name, line):
+            pip_calls.append((name, line))  # pip "ran" and failed: nothing installed
+
+    monkeypatch.setitem(sys.modules, "tpviz", None)  # import tpviz -> ImportError
+    with pytest.raises(RuntimeError) as error:
+        exec(code, {"get_ipython": Shell})
+    assert pip_calls == [("pip", f'install --quiet "tpviz @ git+{CONFIG["repository"]["url"]}'
+                                 f'@v{markup.version()}"')]
+    message = str(error.value)
+    assert message.startswith(f"tpviz v{markup.version()} could not be installed")
+    assert "pip's messages above say why" in message and "run this cell again" in message
+    assert error.value.__suppress_context__  # no "During handling of ..." chain
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -79,11 +90,12 @@ def test_every_check_follows_a_solution(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_citation_is_in_the_bibliography(path):
+    """Each citation links to the references entry of a work in references.bib."""
     bib = (ROOT / "references.bib").read_text()
+    anchors = {markup.anchor(k) for k in re.findall(r"^@\w+\{([^,]+),", bib, re.M)}
     text = "".join("".join(c["source"]) for c in cells(path, "markdown"))
-    for group in re.findall(r"\{cite[tp]?\}`([^`]+)`", text):
-        for key in group.split(","):
-            assert f"{{{key.strip()}," in bib, key
+    for anchor in markup.cited(text):
+        assert anchor in anchors, anchor
 
 
 def test_the_bibliography_parses_without_duplicates():
@@ -95,18 +107,5 @@ def test_the_bibliography_parses_without_duplicates():
     assert len(pybtex.parse_string(text, "bibtex").entries) == len(keys)
 
 
-def write_first_cells() -> None:
-    """Replace the install cell (the first code cell) of every chapter with FIRST_CELL."""
-    for path in NOTEBOOKS:
-        nb = json.loads(path.read_text())
-        cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
-        if "tpviz.setup_devices(" not in "".join(cell["source"]):
-            print(f"{path.name}: first code cell is not an install cell; left alone")
-            continue
-        cell["source"] = first_cell().splitlines(keepends=True)
-        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-        print(f"{path.name}: first cell written")
-
-
 if __name__ == "__main__":
-    write_first_cells()
+    sys.exit(markup.main([]))

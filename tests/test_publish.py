@@ -30,6 +30,40 @@ def test_workflow_builds_and_deploys_the_book():
     assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
 
 
+def test_the_launch_buttons_open_the_branch_the_workflow_publishes_the_student_version_to():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    branch = config["repository"]["branch"]
+    assert branch != "main"  # main holds the solutions
+    job = yaml.safe_load((ROOT / ".github/workflows/book.yml").read_text())["jobs"]["student"]
+    assert job["needs"] == "build" and job["permissions"] == {"contents": "write"}
+    script = "\n".join(s.get("run", "") for s in job["steps"])
+    assert 'tools/student_branch.py _build/student-branch --commit "$GITHUB_SHA"' in script
+    assert f"--initial-branch {branch}" in script and script.rstrip().count(branch) >= 2
+
+
+def test_the_student_branch_holds_no_solution_and_pins_the_built_commit(tmp_path):
+    pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
+    sys.path.insert(0, str(ROOT / "tools"))
+    import student_branch
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    chapter = "02_hardware"
+    student_branch.write(tmp_path, commit, [chapter])
+    nb = json.loads((tmp_path / "book" / f"{chapter}.ipynb").read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"])
+    source = (ROOT / "book" / f"{chapter}.ipynb").read_text()
+    assert "# BEGIN SOLUTION" in source and "<summary>Answer" in source
+    assert "# BEGIN SOLUTION" not in text and "<summary>Answer" not in text
+    first = "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    assert f'"tpviz @ git+{url}@{commit}"' in first
+    assert (tmp_path / "binder" / "requirements.txt").read_text().endswith(
+        f"tpviz @ git+{url}@{commit}\n")
+    overrides = json.loads((tmp_path / "binder" / "overrides.json").read_text())
+    assert overrides["@jupyter-widgets/jupyterlab-manager:plugin"]["saveState"] is True
+    assert sorted(p.name for p in (tmp_path / "book").iterdir()) == [f"{chapter}.ipynb"]
+
+
 def test_readme_gives_the_address_set_in_config():
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["baseurl"]
     assert url.startswith("https://") and url.endswith("/")
@@ -82,3 +116,64 @@ def test_works_of_one_author_and_year_are_told_apart_in_the_text():
     assert tpviz_book.cite_letters(page, letters, references_page=True) == on_references
     # on another page a bare #id13 is that page's own element: left alone
     assert tpviz_book.cite_letters(page, letters) == page.replace("2021</a> and", "2021b</a> and")
+
+
+def _book_extension():
+    pytest.importorskip("pybtex", reason="the book's build tools (make book's environment)")
+    sys.path.insert(0, str(ROOT / "web"))
+    import tpviz_book
+
+    return tpviz_book
+
+
+def test_links_to_the_online_book_become_local_and_citations_are_checked():
+    tpviz_book = _book_extension()
+    base = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["baseurl"]
+    references = ('<div class="citation" id="li2014scaling" role="doc-biblioentry">\n<span '
+                  'class="label"><span class="fn-bracket">[</span>Li <em>et al.</em>, 2014<span '
+                  'class="fn-bracket">]</span></span>\n<p>Mu Li and others. <em>Scaling</em> '
+                  'distributed ML. 2014.</p>\n</div>')
+    entries = tpviz_book.reference_entries(references)
+    assert entries == {"li2014scaling": ("Li et al., 2014", "Mu Li and others. Scaling "
+                                                            "distributed ML. 2014.")}
+
+    def link(page, words):
+        return f'<a class="reference external" href="{base}book/{page}">{words}</a>'
+
+    page = (link("references.html#li2014scaling", "Li et al., 2014") + " "
+            + link("notation.html", "notation") + " " + '<a class="reference external" '
+            'href="https://example.org/book/x.html">elsewhere</a>')
+    local, problems = tpviz_book.book_links(page, base, "", entries)
+    assert problems == []
+    assert ('<a class="reference internal" href="references.html#li2014scaling" title="Mu Li '
+            'and others. Scaling distributed ML. 2014.">Li et al., 2014</a>') in local
+    assert '<a class="reference internal" href="notation.html">notation</a>' in local
+    assert 'href="https://example.org/book/x.html"' in local  # other sites stay as they are
+    from_root, _ = tpviz_book.book_links(link("notation.html", "n"), base, "book/", entries)
+    assert 'href="book/notation.html"' in from_root
+    # a stale letter and a missing entry are the build's warnings (-W: errors)
+    _, problems = tpviz_book.book_links(link("references.html#li2014scaling", "Li et al., 2014a")
+                                        + link("references.html#gone2020", "Gone, 2020"), base,
+                                        "", entries)
+    assert len(problems) == 2 and "labelled 'Li et al., 2014'" in problems[0]
+    assert "#gone2020, which is no entry" in problems[1]
+
+
+def test_the_build_draws_an_explorers_live_figure_from_its_output():
+    tpviz_book = _book_extension()
+    pytest.importorskip("myst_nb")
+    from myst_nb.core import render
+    from myst_nb.core.render import MimeData
+
+    tpviz_book._register_live_renderer()
+    tpviz_book._register_live_renderer()  # once only, however often Sphinx loads it
+    assert render.load_mime_renders().count(tpviz_book.LiveRenderer) == 1
+    payload = {"figure": "tpviz.machines.explore:LIVE_ROOFLINE", "name": "render_roofline",
+               "starts": {"chip": "B200", "eight_bit": True, "batch": 512}}
+    (node,) = tpviz_book.LiveRenderer.handle_mime(None, MimeData(tpviz_book.LIVE_MIME, payload),
+                                                  False)
+    assert node["format"] == "html" and 'data-name="render_roofline"' in node.astext()
+    assert tpviz_book.LiveRenderer.handle_mime(None, MimeData("image/png", ""), False) is None
+    from tpviz.core.widgets import LIVE_MIME
+
+    assert tpviz_book.LIVE_MIME == LIVE_MIME

@@ -106,9 +106,10 @@ def test_torch_orders_without_processes_match_tpviz():
 
 def test_explore_schedules_shows_torch_against_tpviz():
     from tpviz.core import live
+    from tpviz.core.widgets import LIVE_MIME
     from tpviz.pytorch import explore
     bundle = explore.explore_schedules()._repr_mimebundle_()
-    assert 'data-name="render_schedules"' in bundle["text/html"]
+    assert 'data-name="render_schedules"' in live.book_html(bundle[LIVE_MIME])
     same = explore.comparison_rows("ScheduleDualPipeV", 2, 8)
     assert not any(r.get("d") for r in same) and "identical, op by op" in same[0]["note"]
     zb = explore.comparison_rows("ScheduleInterleavedZeroBubble", 4, 8)
@@ -148,6 +149,11 @@ def test_seed_runs_equal_one_process(check):
     # one chunk: the ranks take turns (causality); 16 chunks: more work than one, every time
     assert (rows[64]["bubble"] >= 0.5).all()
     assert (rows[4]["cpu"] > rows[64]["cpu"]).all()
+    # a step is timed to the end of rank 0's work: its last backward is the step's last op
+    for size in (64, 8, 4):
+        for (r0, r1), wall in zip(rows[size]["spans"], rows[size]["wall"], strict=True):
+            assert max(s[3] for s in r1) <= max(s[3] for s in r0)
+            assert max(s[3] for s in r0) - min(s[2] for s in r0) <= wall
 
 
 @pytest.mark.slow

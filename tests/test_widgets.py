@@ -1,17 +1,60 @@
+import base64
+import json
+
 import pytest
 
 import tpviz
-from tpviz.core.widgets import LIVE_NOTE, STATIC_NOTE, live
-from tpviz.errors import TpvizError
+from tpviz.core.live import LiveFigure, book_html
+from tpviz.core.widgets import LIVE_MIME, LIVE_NOTE, STATIC_NOTE, Refusal, live
+from tpviz.errors import ArgumentError, TpvizError
 from tpviz.layouts.explore import render_layout
 from tpviz.pipeline.explore import render_pipeline
 
 
-def test_live_widget_carries_the_live_figure_for_the_book():
+def test_live_widget_names_its_live_figure_for_the_book_and_carries_no_html_of_it():
     bundle = tpviz.explore_layout()._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert '<div class="tpviz-live" data-name="render_layout">' in bundle["text/html"]
-    assert LIVE_NOTE in bundle["text/html"] and "data:image/png" not in bundle["text/html"]
+    # the figure of the first setting, for front ends without the widget's model
+    assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")
+    assert bundle[LIVE_MIME] == {"figure": "tpviz.layouts.explore:LIVE", "name": "render_layout",
+                                 "starts": {"mesh": "X=2, Y=4", "notation": "A[I_X, J_Y]",
+                                            "dtype": "float32", "rows": 8, "cols": 16}}
+    assert "tpviz-live" not in json.dumps(bundle)  # the book's figure is not in the notebook
+    # the book's build draws it from that payload
+    book = book_html(bundle[LIVE_MIME])
+    assert '<div class="tpviz-live" data-name="render_layout">' in book and LIVE_NOTE in book
+
+
+def test_showing_an_explorer_builds_no_live_figure(monkeypatch):
+    """The book's live figure costs the kernel nothing (explore_network took 2.1 s for it)."""
+    from tpviz.core import live as core_live
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the kernel built the book's live figure")
+
+    monkeypatch.setattr(core_live, "spec", refuse)
+    monkeypatch.setattr(core_live, "embed", refuse)
+    for explore in (tpviz.explore_network, tpviz.explore_roofline, tpviz.explore_pipeline):
+        bundle = explore()._repr_mimebundle_()
+        figure = bundle.get("image/png") or bundle["text/html"]  # (the latter with its table)
+        assert len(json.dumps(bundle)) < len(figure) + 1000
+
+
+def test_book_html_draws_only_the_librarys_live_figures():
+    with pytest.raises(ArgumentError, match="not 'tpviz"):
+        book_html({"figure": "os:system"})
+    with pytest.raises(ArgumentError, match="not a LiveFigure"):
+        book_html({"figure": "tpviz.layouts.explore:render_layout"})
+
+
+def test_a_live_figure_must_be_importable_by_the_build():
+    from ipywidgets import IntSlider
+
+    from tpviz.layouts.explore import LIVE
+
+    local = LiveFigure(LIVE.controls, LIVE.rows, LIVE.chart)  # not a top-level name
+    with pytest.raises(ArgumentError, match="top-level name"):
+        live({"rows": IntSlider(value=8, min=1, max=32)}, render_layout, figure=local)
 
 
 def test_widget_without_a_live_figure_carries_its_png():
@@ -21,7 +64,7 @@ def test_widget_without_a_live_figure_carries_its_png():
                   lambda rows: render_layout("X=8", "A[I_X, J]", rows, 8, "bf16")
                   )._repr_mimebundle_()
     assert "data:image/png;base64," in bundle["text/html"]
-    assert STATIC_NOTE in bundle["text/html"]
+    assert STATIC_NOTE in bundle["text/html"] and LIVE_MIME not in bundle
 
 
 def test_render_matches_the_plan():
@@ -41,6 +84,14 @@ def test_widget_survives_bad_input(capsys):
     capsys.readouterr()
     text.value = "A[I_Q, J]"  # unknown axis: a message in the output, not an exception
     assert "unknown mesh axis 'Q'" in capsys.readouterr().out  # (outside a kernel, Output prints)
+
+
+def test_a_refused_setting_reads_as_a_paragraph_that_wraps_between_words():
+    bundle = Refusal("explore_x(stages=17): choose a value from 1 to 16.")._repr_mimebundle_()
+    assert bundle["text/html"] == ('<p class="tpviz-refused">⚠ explore_x(stages=17): choose a '
+                                   'value from 1 to 16.</p>')  # not a <pre> of printed text
+    assert bundle["text/plain"].startswith("⚠ explore_x")
+    assert "&lt;b&gt;" in Refusal("<b>")._repr_mimebundle_()["text/html"]
 
 
 def test_pipeline_widget_shows_the_simulation_beside_the_formula():
@@ -82,7 +133,7 @@ def test_mesh2d_widget_shows_the_table_and_the_best_mesh(capsys):
     assert labels == ["data parallel", "1D Megatron", "2D 8×8", "2D 16×4"]
     live = tpviz.explore_mesh2d()
     # the static book shows the live figure (its words give the step time), not a stale table
-    assert 'data-name="render_mesh2d"' in live._repr_mimebundle_()["text/html"]
+    assert 'data-name="render_mesh2d"' in book_html(live._repr_mimebundle_()[LIVE_MIME])
     capsys.readouterr()
     live.widget.children[0].children[1].value = 16  # data = 16 > 8 devices
     assert "does not divide 8 devices" in capsys.readouterr().out

@@ -168,8 +168,12 @@ def test_check_zero_design(capsys):
 
     # 60 GB of room: stage 1 needs 80 GB + more, never; stage 2: 40 + 280/N <= 60 -> N = 14,
     # sends 2 (13/14) 40 GB; stage 3: 320/N <= 60 -> N = 6, sends 3 (5/6) 40 GB = 100 GB.
+    # stage 3 on 9 devices: 3 (8/9) 40 GB = 106.7 GB, over the 105 GB budget. Several choices
+    # are admissible (a design with more than one answer): stage 2 on 14-16, stage 3 on 6-8.
     _passes(check_zero_design, 2, 14, 2 * 13 / 14 * 40, capsys=capsys)
-    _fails(check_zero_design, 3, 6, 100, words="another choice sends less")
+    _passes(check_zero_design, 3, 6, 3 * 5 / 6 * 40, capsys=capsys)
+    _passes(check_zero_design, 2, 16, 2 * 15 / 16 * 40, capsys=capsys)
+    _fails(check_zero_design, 3, 9, 3 * 8 / 9 * 40, words="over the 105 GB budget")
     _fails(check_zero_design, 2, 13, 2 * 12 / 13 * 40, words="more than 60 GB")
     _fails(check_zero_design, 1, 16, 75, words="more than 60 GB")
     _fails(check_zero_design, 2, 14, 80, words="GB sent")

@@ -121,6 +121,29 @@ def test_dualpipe_idle_beside_the_table_where_f_or_w_outlast_the_input_gradient(
                                                                      w / v)), (p, f, b_in, w)
 
 
+def test_dualpipe_order_against_a_second_transcription_of_deepseeks_code():
+    # tests/dualpipe_reference.py reads DeepSeek's step() afresh (receives, sends, commits):
+    # with ideal communication it gives the simulator's idle time at every setting
+    import dualpipe_reference as ref
+
+    grid = (0.25, 1.0, 2.0)
+    extra = {}
+    for v, p in ((False, 4), (False, 6), (True, 2), (True, 3)):
+        name, m = ("dualpipev", 2 * p) if v else ("dualpipe", 2 * p)
+        for tf, tb, tw in itertools.product(grid, repeat=3):
+            t = simulate(schedule(name, p, m), tf, tb, tw)
+            k = 0.5 if v else 1.0  # DualPipeV's ops are half-size stages: times per chunk
+            ideal = ref.idle(v, p, m, tf * k, tb * k, tw * k)
+            assert t.makespan - t.work(0) == pytest.approx(ideal, abs=1e-9), (name, p, tf, tb)
+            # the code's own communication (receives waited on together, one op ahead; some
+            # sends one op late) costs nothing more while forwards are not longer than t_B
+            code = ref.idle(v, p, m, tf * k, tb * k, tw * k, comm="code")
+            if tf <= tb:
+                assert code == pytest.approx(ideal, abs=1e-9), (name, p, tf, tb, tw)
+            extra[name, p, tf, tb, tw] = code - ideal
+    assert min(extra.values()) > -1e-9 and max(extra.values()) > 1.0  # chapter 8 says so
+
+
 def test_dualpipe_middle_ranks_run_their_first_f_and_b_apart():
     # DualPipe.step, step 4, i == 0: "We don't overlap these two chunks to further reduce
     # bubble size" on the middle ranks (DualPipeV: the last rank); every other pair of steps

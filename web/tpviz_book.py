@@ -14,17 +14,32 @@
   "[HCB+19]"), and its web addresses and arXiv numbers are links. Works with the same author
   and year get a, b, c after the year in the list (the label style) and in every citation of
   them in the text (sphinxcontrib-bibtex's author-year citations write the year alone).
+- The chapters link to the online book (their citations, the notation page: links that work
+  in JupyterLab and Colab too; ``tools/markup.py`` writes them). In the built book these links
+  become local, a citation gets its entry's full text as a tooltip, and a citation whose words
+  differ from its entry's label in the references list (a stale a/b letter) or whose entry
+  does not exist is a warning: the build with -W fails.
+- An explorer's output names its live figure (``application/vnd.tpviz.live+json``, see
+  ``tpviz.core.widgets``); the build draws it here (``tpviz.core.live.book_html``), so that
+  the kernel builds no HTML for the book and saved notebooks stay small. myst-nb finds such
+  renderers through its ``myst_nb.mime_renderers`` entry points; this extension adds itself
+  to that list when Sphinx loads it (:func:`_register_live_renderer`).
 """
 
 from __future__ import annotations
 
+import functools
 import html
+import os
 import re
 from pathlib import Path
 
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
+from sphinx.util import logging
+
+LOGGER = logging.getLogger(__name__)
 
 
 class AuthorYearLabels(BaseLabelStyle):
@@ -64,6 +79,20 @@ class AuthorYearStyle(UnsrtStyle):
 
 register_plugin("pybtex.style.labels", "tpviz-author-year", AuthorYearLabels)
 register_plugin("pybtex.style.formatting", "tpviz", AuthorYearStyle)
+
+
+def citation_labels(bibfile) -> dict[str, str]:
+    """Each work's key -> its label in the references list ("Narayanan et al., 2021a"), as
+    sphinxcontrib-bibtex labels the ``:all:`` bibliography with this style: the entries sorted
+    by the style, then labelled in that order (letters where author and year repeat).
+    ``tools/markup.py`` writes these labels into the chapters' citations."""
+    from pybtex.database.input.bibtex import Parser
+
+    entries = Parser("utf-8-sig").parse_file(str(bibfile)).entries
+    style = AuthorYearStyle()
+    ordered = list(style.sort(entries.values()))
+    return {entry.key: label for entry, label in zip(ordered, style.format_labels(ordered),
+                                                     strict=True)}
 
 _IMG = re.compile(r'<img([^>]*?)alt="([^"]*)"([^>]*)>')
 _TAGS = re.compile(r"<[^>]+>")
@@ -124,9 +153,9 @@ def reference_links(body: str) -> str:
     return head + refs
 
 
-_LIST_LABEL = re.compile(r'<div class="citation" id="(id\d+)"[^>]*>\s*<span class="label">'
+_LIST_LABEL = re.compile(r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">'
                          r'<span class="fn-bracket">\[</span>[^<]*?, \d{4}([a-z])<')
-_CITATION = re.compile(r'(<a class="reference internal" href="(references\.html)?#(id\d+)"'
+_CITATION = re.compile(r'(<a class="reference internal" href="(references\.html)?#([^"]+)"'
                        r'[^>]*>)([^<]*(?:<em>[^<]*</em>[^<]*)?\d{4})(</a>)')
 
 
@@ -144,6 +173,47 @@ def cite_letters(body: str, letters: dict[str, str], references_page: bool = Fal
         return m.group(1) + m.group(4) + (letters.get(m.group(3), "") if ours else "") + m.group(5)
 
     return _CITATION.sub(letter, body) if letters else body
+
+
+def _text(fragment: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(_TAGS.sub("", fragment))).strip()
+
+
+def reference_entries(references: str) -> dict[str, tuple[str, str]]:
+    """The references page's entry id -> (its label, its text)."""
+    found = re.findall(r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">'
+                       r'<span class="fn-bracket">\[</span>(.*?)<span class="fn-bracket">\]'
+                       r"</span></span>\s*<p>(.*?)</p>", references, re.S)
+    return {ident: (_text(label), _text(text)) for ident, label, text in found}
+
+
+def book_links(body: str, base: str, prefix: str, entries: dict[str, tuple[str, str]]
+               ) -> tuple[str, list[str]]:
+    """Links to the online book (``base`` + ``book/page.html``) made local (``prefix`` leads
+    from the page to ``book/``); a link to a references entry gets the entry's text as its
+    tooltip and is checked: the entry exists and the link's words are its label. Returns the
+    page and its problems."""
+    problems = []
+    link = re.compile(r'<a class="reference external" href="' + re.escape(base) +
+                      r'book/([\w-]+\.html)(#[\w-]+)?">(.*?)</a>', re.S)
+
+    def local(m: re.Match) -> str:
+        page, fragment, words = m.group(1), m.group(2) or "", m.group(3)
+        title = ""
+        if page == "references.html" and fragment:
+            entry = entries.get(fragment[1:])
+            if entry is None:
+                problems.append(f"a citation links to {fragment}, which is no entry of the "
+                                "references list")
+            else:
+                if _text(words) != entry[0]:
+                    problems.append(f"a citation reads {_text(words)!r} but its entry is "
+                                    f"labelled {entry[0]!r}: run python tools/markup.py")
+                title = f' title="{html.escape(entry[1], quote=True)}"'
+        return (f'<a class="reference internal" href="{prefix}{page}{fragment}"{title}>'
+                f"{words}</a>")
+
+    return link.sub(local, body), problems
 
 
 def _scripts_once(head: str) -> str:
@@ -185,21 +255,73 @@ def renumber(body: str, labels: dict[str, str]) -> str:
 def _finish(app, exception):
     if exception is not None or app.builder.format != "html":
         return
-    files = sorted(Path(app.outdir).rglob("*.html"))
+    out = Path(app.outdir)
+    files = sorted(out.rglob("*.html"))
     texts = {page: page.read_text(encoding="utf-8") for page in files}
     labels = figure_numbers({page.name: text for page, text in texts.items()})
-    letters = year_letters("".join(t for p, t in texts.items() if p.name == "references.html"))
+    references = "".join(t for p, t in texts.items() if p.name == "references.html")
+    letters = year_letters(references)
+    entries = reference_entries(references)
+    base = (app.config.html_baseurl or "").rstrip("/") + "/"
     for page, text in texts.items():
         head, sep, body = text.partition("</head>")
         if not sep:
             continue
         body = cite_letters(reference_links(alt_texts(body)), letters,
                             page.name == "references.html")
+        way = os.path.relpath(out / "book", page.parent)  # "." from a chapter, "book" from /
+        body, problems = book_links(body, base, "" if way == "." else way + "/", entries)
+        for problem in problems:
+            LOGGER.warning(f"{page.relative_to(out)}: {problem}", type="tpviz",
+                           subtype="citation")
         new = _scripts_once(head) + sep + renumber(body, labels)
         if new != text:
             page.write_text(new, encoding="utf-8")
 
 
+LIVE_MIME = "application/vnd.tpviz.live+json"
+
+
+class LiveRenderer:
+    """myst-nb's MIME renderer plugin for an explorer's live figure (see the module's doc)."""
+
+    mime_priority_overrides = ()  # _config.yml puts LIVE_MIME first for the html builder
+
+    @staticmethod
+    def handle_mime(renderer, data, inline: bool):
+        if data.mime_type != LIVE_MIME:
+            return None
+        if inline:
+            return []
+        from docutils import nodes
+
+        from tpviz.core.live import book_html
+
+        return [nodes.raw(text=book_html(data.content), format="html",
+                          classes=["output", "text_html"])]
+
+
+def _register_live_renderer() -> None:
+    """Add :class:`LiveRenderer` to the renderers myst-nb loads from its entry points (its
+    ``load_mime_renders``: myst-nb 1.x; checked, so that a myst-nb without it fails here)."""
+    from myst_nb.core import render
+
+    loaded = getattr(render, "load_mime_renders", None)
+    if loaded is None:
+        raise RuntimeError("myst-nb has no load_mime_renders: the book's live figures need "
+                           "another way in (web/tpviz_book.py).")
+    if getattr(loaded, "tpviz", False):
+        return
+
+    @functools.cache
+    def with_live():
+        return [*loaded(), LiveRenderer]
+
+    with_live.tpviz = True
+    render.load_mime_renders = with_live
+
+
 def setup(app):
+    _register_live_renderer()
     app.connect("build-finished", _finish)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

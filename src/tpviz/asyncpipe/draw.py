@@ -38,7 +38,7 @@ def gantt_versions(t: Timeline, ax: Axes | None = None, labels: bool | None = No
         height = 0.45 * s.stages + 1.6 if s.stages <= 8 else 0.25 * s.stages + 1.6
         fig = column_figure(height)
         ax = fig.subplots()
-        fig.subplots_adjust(left=0.08, right=0.99, top=1 - 0.6 / height, bottom=0.55 / height)
+        fig.subplots_adjust(left=0.08, right=0.97, top=1 - 0.6 / height, bottom=0.55 / height)
     top = max((max(r) for r in t.versions if r), default=0)
     base = version_colours(top + 1)
     shades = {k: op_colour(base, k) for k in SHADE}  # kind -> [version, rgb]
@@ -113,6 +113,22 @@ def losses(curves: dict[str, Curve], ax: Axes | None = None, title: str = "",
         ax.legend(fontsize=SMALL_PT, loc="upper right")
     ax.set_title(title, fontsize=TITLE_PT, loc="left")
     return ax.figure
+
+
+def curves_panels(panels: dict[str, dict[str, Curve]], title: str = "") -> Figure:
+    """Runs of one learning rate in panels side by side, ``{panel title: {label: Curve}}``,
+    each panel with its own legend below it (median over seeds, min-max band): at most 8 runs a
+    panel keeps every colour distinct."""
+    fig = column_figure(5.4, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
+    seeds = len(next(iter(next(iter(panels.values())).values())).seeds)
+    for ax, (name, curves) in zip(axes, panels.items(), strict=True):
+        losses(curves, ax, name, legend=False)
+        ax.legend(fontsize=SMALL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                  frameon=False)
+    fig.suptitle(title or f"median of {seeds} seeds; shaded: lowest to highest seed",
+                 fontsize=SMALL_PT)
+    return fig
 
 
 def curves_side_by_side(results: dict[float, dict[str, Curve]], title: str = "") -> Figure:

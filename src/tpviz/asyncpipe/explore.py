@@ -3,6 +3,8 @@ version, with the bubble, staleness, weight copies and peak activations per stag
 
 from __future__ import annotations
 
+import textwrap
+
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
@@ -37,10 +39,12 @@ def render_zoo(name: str = "pipedream", stages: int = 4, microbatches: int = 8,
     t_F = 1 and a whole backward of 2."""
     t = _timeline(name, stages, microbatches, split)
     fig = gantt_versions(t, labels=sum(map(len, t.schedule.ops)) <= 64)
-    height = fig.get_figheight() + 0.5
+    # the words wrapped to the image (16 stages' lists ran off its right edge)
+    lines = [w for line in summary(t).split("\n") for w in textwrap.wrap(line, 96)]
+    height = fig.get_figheight() + 0.16 * len(lines) + 0.18
     fig.set_figheight(height)
-    fig.subplots_adjust(bottom=1.05 / height, top=1 - 0.6 / height)
-    fig.text(0.01, 0.01, summary(t), fontsize=SMALL_PT, va="bottom")
+    fig.subplots_adjust(bottom=(0.73 + 0.16 * len(lines)) / height, top=1 - 0.6 / height)
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=SMALL_PT, va="bottom")
     return fig
 
 

@@ -129,7 +129,8 @@ def steps_figure(p: CollectivePlan, per_row: int = 8, ax: Axes | None = None,
     ax.set_aspect("equal")
     ax.set_axis_off()
     ax.set_title(f"{p.algorithm} {p.op}, N = {k}: rows devices, columns chunks"
-                 + ("" if labels else f"; {n - 1} steps, left to right"), fontsize=SMALL_PT, pad=4)
+                 + ("" if labels else f";\n{n - 1} steps, left to right"), fontsize=SMALL_PT,
+                 pad=4)
     return ax.figure
 
 
@@ -139,7 +140,7 @@ def cost_figure(devices: int, alpha: float, beta: float, nbytes: float | None = 
     of the tree and the ring marked; ``nbytes`` draws a vertical line."""
     if ax is None:
         fig = column_figure(3.6, 6)
-        ax = fig.add_axes((0.12, 0.15, 0.55, 0.75))
+        ax = fig.add_axes((0.14, 0.15, 0.53, 0.75))
     sizes = np.logspace(2, 11, 60)
     for algorithm, colour in COLOURS.items():
         if algorithm == "halving-doubling" and devices & (devices - 1):

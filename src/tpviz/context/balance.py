@@ -2,7 +2,9 @@
 
 Under a causal mask a query attends only to earlier keys. With the contiguous layout device i
 holds block i, so it needs blocks 0 … i: the last device does N blocks of work, the first one.
-The zigzag layout (device i holds chunks i and 2N-1-i of 2N) gives every device the same work.
+Two layouts give every device the same work: zigzag (device i holds chunks i and 2N-1-i of 2N)
+and striped attention's (token t on device t mod N, Brandon et al. 2023), which skips the early
+half of its queries against the late half of each block's keys (:func:`tpviz.context.ring.pairs`).
 SPMD compiles one program for all devices, so each device's own schedule is compiled here as a
 single-device program (:func:`device_program`: its steps, skipping what the mask hides entirely,
 as a FlashAttention kernel skips masked tiles) and its FLOPs read from XLA's cost analysis of
@@ -20,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tpviz.context.plan import check_sizes
-from tpviz.context.run import _zigzag_step, block_attention, combine, positions
+from tpviz.context.ring import own_block, step
 from tpviz.core import compiled
 from tpviz.core.kinds import COMPILED, HELD, Devices, Index, Size
 
@@ -28,21 +30,15 @@ from tpviz.core.kinds import COMPILED, HELD, Devices, Index, Size
 def device_program(me: Index, devices: Devices, layout: str = "contiguous"):
     """Device ``me``'s causal ring attention as one device's program: ``fn(q, k, v)`` with
     ``q[B, S/N, n_h, d_h]`` its queries and ``k, v[N, B, S/N, n_h, d_h]`` every device's block
-    (in the order they reach it). Contiguous: blocks from later devices are skipped (the mask
-    hides them), earlier ones computed whole. Zigzag: half a block per step, as in
-    :func:`tpviz.context.ring_attention`."""
+    (in the order they reach it), each step computing the parts of the block that
+    :func:`tpviz.context.ring.pairs` names (contiguous: a later device's block is skipped)."""
     n = devices
 
     def fn(q, k, v):
-        c = q.shape[1]
-        pos = positions(me, n, c, layout)
-        o, lse = block_attention(q, k[me], v[me], pos, pos)
-        for step in range(1, n):
-            src = (me - step) % n
-            if layout == "zigzag":
-                o, lse = _zigzag_step(q, jnp.stack([k[src], v[src]]), o, lse, src, me)
-            elif src < me:  # an earlier block: the mask hides none of it
-                o, lse = combine(o, lse, *block_attention(q, k[src], v[src]))
+        o, lse = own_block(q, jnp.stack([k[me], v[me]]), me, n, layout, True)
+        for s in range(1, n):
+            src = (me - s) % n
+            o, lse = step(q, jnp.stack([k[src], v[src]]), o, lse, src, me, n, layout, True)
         return o
 
     return fn
@@ -64,8 +60,8 @@ def flops_per_device(sequence: Size(2**14, COMPILED), heads: Size(64, HELD),
     Raises:
         ArgumentError, ShardingError: sizes that do not split (``plan.check_sizes``).
     """
-    _, s, a, n, _, layout = check_sizes("ring", sequence, heads, devices, layout=layout)
-    c = s // n
+    z = check_sizes("ring", sequence, heads, devices, layout=layout)
+    n, a, layout, c = z.devices, z.heads, z.layout, z.sequence // z.devices
     q = np.zeros((1, c, a, head_dim), np.float32)
     kv = np.zeros((n, 1, c, a, head_dim), np.float32)
     return [_flops(device_program(i, n, layout), q, kv, kv, compile=compile) for i in range(n)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.context.compare import hiding_block, layer
-from tpviz.context.draw import scaling
+from tpviz.context.draw import COLOURS, scaling
 from tpviz.context.plan import SCHEMES
 from tpviz.core import validate
 from tpviz.core.collectives import html_table
@@ -18,57 +18,77 @@ from tpviz.errors import TpvizError
 HEAD_WIDTH = 128  # d_h of the explorer's model: H = 128 · n_h
 
 
-def _layers(sequence: int, devices: int, heads: int, system: str, causal: bool) -> dict:
+def _layers(sequence: int, devices: int, heads: int, system: str, causal: bool,
+            kv_heads: int | None = None) -> dict:
     found = {}
     for scheme in SCHEMES:
         try:
             found[scheme] = layer(scheme, sequence, heads, HEAD_WIDTH * heads, devices, system,
-                                  causal=causal)
+                                  causal=causal, kv_heads=kv_heads)
         except TpvizError as e:
             found[scheme] = str(e).split(":")[0]
     return found
 
 
+def _key(scheme: str, label: str) -> str:
+    """The scheme's name beside a square of its colour in the figure: the figure's key."""
+    return (f'<span style="color:{COLOURS[scheme]}">&#9632;</span> {label}')
+
+
 def render_context(sequence: int = 32768, devices: int = 8, heads: int = 32,
                    scheme: str = "ring", system: str = "H100 (NVLink)",
-                   causal: bool = True) -> tuple[str, Figure]:
-    """A table of the three schemes (bytes, time, memory per layer and device; the chosen one
-    first) and the curves against the sequence."""
+                   causal: bool = True, kv_heads: int | None = None) -> tuple[str, Figure]:
+    """A table of the schemes (bytes, time, memory per layer and device; the chosen one first)
+    and the curves against the sequence. ``kv_heads``: n_kv (grouped-query attention; default
+    n_h)."""
     scheme = choice("scheme", scheme, SCHEMES)
     system = choice("system", system, SYSTEMS)
     sequence = validate.integer("sequence", sequence, maximum=2**24)
     devices = validate.integer("devices", devices, maximum=2**16)
     heads = validate.integer("heads", heads, maximum=2**12)
+    kv_heads = None if kv_heads is None else validate.integer("kv_heads", kv_heads,
+                                                              maximum=2**12)
     causal = validate.flag("causal", causal)
-    found = _layers(sequence, devices, heads, system, causal)
+    found = _layers(sequence, devices, heads, system, causal, kv_heads)
     rows = []
     for name in sorted(SCHEMES, key=lambda s: s != scheme):
         one = found[name]
         if isinstance(one, str):
-            rows.append((name, one, "", "", ""))
+            rows.append((_key(name, name), one, "", "", ""))
             continue
-        rows.append((name, f"{one.sent_bytes / 2**20:,.1f}", f"{one.compute_s * 1e3:,.3f}",
+        label = f"usp (u = {one.ulysses})" if name == "usp" else name
+        rows.append((_key(name, label), f"{one.sent_bytes / 2**20:,.1f}",
+                     f"{one.compute_s * 1e3:,.3f}",
                      f"{one.exposed_s * 1e3:,.3f} ({one.bound}-bound)",
                      f"{one.memory / 2**30:,.2f}"))
     head = ("scheme", "MiB sent", "compute ms", "exposed comm ms", "activations GiB")
     sequences = [2**k for k in range(12, 20, 2)]
-    fig = scaling(sequences, heads, HEAD_WIDTH * heads, devices, system, causal)
-    note = (f"<p>H = {HEAD_WIDTH * heads:,}, bf16, one layer's forward pass; the ring hides a "
-            f"permute from S/N ≥ {hiding_block(HEAD_WIDTH * heads, system, devices=devices):,.0f}"
-            " tokens.</p>")
+    fig = scaling(sequences, heads, HEAD_WIDTH * heads, devices, system, causal, kv_heads,
+                  legend=False)  # the table's coloured names are the key
+    try:
+        tokens = hiding_block(HEAD_WIDTH * heads, system, devices=devices, heads=heads,
+                              kv_heads=kv_heads)
+        hides = f"the ring hides a permute from S/N ≥ {tokens:,.0f} tokens"
+    except TpvizError as e:
+        hides = str(e).split(":")[0]
+    note = (f"<p>H = {HEAD_WIDTH * heads:,}, n_kv = {kv_heads or heads}, bf16, one layer's "
+            f"forward pass; {hides}.</p>")
     return html_table(head, rows) + note, fig
 
 
 def explore_context(sequence: int = 32768, devices: int = 8, heads: int = 32,
-                    scheme: str = "ring", system: str = "H100 (NVLink)") -> Live:
-    """Sequence, devices, heads and scheme → bytes sent, compute and exposed communication time
-    and activation memory per layer and device, for the three schemes."""
+                    scheme: str = "ring", system: str = "H100 (NVLink)",
+                    kv_heads: int = 32) -> Live:
+    """Sequence, devices, heads, key/value heads and scheme → bytes sent, compute and exposed
+    communication time and activation memory per layer and device, for every scheme."""
     c = Controls("explore_context")
     controls = {
         "sequence": c.select_slider("sequence", sequence, [2**k for k in range(11, 20)],
                                     "sequence S"),
         "devices": c.dropdown("devices", devices, [2, 4, 8, 16, 32, 64], "devices N"),
         "heads": c.dropdown("heads", heads, [8, 16, 32, 64, 128], "heads n_h"),
+        "kv_heads": c.dropdown("kv_heads", kv_heads, [1, 2, 4, 8, 16, 32, 64, 128],
+                               "key/value heads n_kv"),
         "scheme": c.dropdown("scheme", scheme, SCHEMES, "scheme"),
         "system": c.dropdown("system", system, SYSTEMS, "system"),
     }
@@ -77,7 +97,7 @@ def explore_context(sequence: int = 32768, devices: int = 8, heads: int = 32,
 
 def context_rows(sequence: int, devices: int, heads: int, scheme: str,
                  system: str = "H100 (NVLink)") -> list[dict]:
-    """The live figure's rows: the chosen scheme's numbers in words, and the three schemes'
+    """The live figure's rows: the chosen scheme's numbers in words, and every scheme's
     time per layer (compute + exposed communication) as bars, the chosen one darker."""
     found = _layers(sequence, devices, heads, system, True)
     items, lines = [], []

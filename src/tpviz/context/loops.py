@@ -4,15 +4,18 @@
 attention runs its N - 1 steps as a ``lax.scan``, which compiles to a while loop with one
 permute in its body; XLA records the loop's trip count in the program
 (``backend_config={"known_trip_count":{"n":"7"}}``). :func:`executed` reads it and repeats each
-collective of a loop body (and of what the body calls) that many times.
+collective of a loop body (and of what the body calls) that many times. :func:`overlap` reads
+whether a loop body's matrix products wait for its permutes.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from tpviz.core import compiled
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import Callback
 from tpviz.errors import CheckFailed
 
 _HEAD_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
@@ -38,7 +41,7 @@ def _computations(text: str) -> tuple[dict[str, list[str]], str, str]:
     return found, entry, header
 
 
-def executed(program) -> Collectives:
+def executed(program: Callback) -> Collectives:
     """Every collective the compiled ``program`` executes, a loop body's once per trip.
 
     Raises:
@@ -68,3 +71,76 @@ def executed(program) -> Collectives:
 
 def _holds_collectives(comps: dict, name: str) -> bool:
     return bool(compiled.parse_hlo("\n".join(comps.get(name, []))))
+
+
+_INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.+?\s([\w\-]+)\((.*)$")
+_MATMULS = (" dot(", " convolution(", "gemm", "matmul")
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """One loop body with permutes, read from the compiled program: its matrix products, and
+    those that read a permute's result (directly or through other instructions of the body)."""
+
+    body: str
+    permutes: int
+    matmuls: int
+    waiting: int  # matmuls that must wait for a permute
+
+    @property
+    def independent(self) -> bool:
+        """True when no matrix product of the body waits for its permutes: a scheduler may run
+        the transfer and the attention at once."""
+        return self.permutes > 0 and self.matmuls > 0 and self.waiting == 0
+
+
+def overlap(program: Callback) -> list[Overlap]:
+    """Each while-loop body of the compiled ``program`` that holds a collective-permute: how many
+    of its matrix products (dots, or fusions and custom calls that hold one) depend on a
+    permute's result. On CPU the permute is one instruction, run in the order printed; on GPU
+    and TPU XLA splits it into ``-start`` and ``-done`` and schedules independent work between."""
+    comps, _, _ = _computations(program.as_text())
+    bodies = {t for lines in comps.values() for line in lines
+              for role, t in _CALLS_RE.findall(line) if role == "body"}
+    found = []
+    for body in sorted(b.lstrip("%") for b in bodies):
+        users, kinds, is_matmul = {}, {}, {}
+        for line in comps.get(body, []):
+            m = _INSTR_RE.match(line)
+            if not m:
+                continue
+            name, op, rest = m.groups()
+            kinds[name] = op
+            is_matmul[name] = (op in ("dot", "convolution")
+                               or (op == "custom-call" and any(k in line for k in _MATMULS))
+                               or any(_holds_matmul(comps, t.lstrip("%"), set())
+                                      for _, targets in _CALLS_RE.findall(rest)
+                                      for t in re.findall(r"%?[\w.\-]+", targets)))
+            for operand in re.findall(r"%([\w.\-]+)", rest.split("),")[0]):
+                users.setdefault(operand, []).append(name)
+        starts = [n for n, op in kinds.items() if op.startswith("collective-permute")]
+        if not starts:
+            continue
+        reached, todo = set(), list(starts)
+        while todo:
+            for user in users.get(todo.pop(), []):
+                if user not in reached:
+                    reached.add(user)
+                    todo.append(user)
+        permutes = sum(op in ("collective-permute", "collective-permute-start")
+                       for op in kinds.values())
+        found.append(Overlap(body, permutes, sum(is_matmul.values()),
+                             sum(is_matmul.get(n, False) for n in reached)))
+    return found
+
+
+def _holds_matmul(comps: dict, name: str, seen: set) -> bool:
+    """Whether computation ``name`` (or one it calls: a fusion, a branch) holds a matmul."""
+    if name in seen or name not in comps:
+        return False
+    seen.add(name)
+    text = "\n".join(comps[name])
+    if any(k in text for k in _MATMULS):
+        return True
+    return any(_holds_matmul(comps, t.lstrip("%"), seen) for _, targets in _CALLS_RE.findall(text)
+               for t in re.findall(r"%?[\w.\-]+", targets))

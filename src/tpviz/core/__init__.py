@@ -9,7 +9,10 @@
 - ``cost``: systems (FLOP/s, bandwidth, latency) and compute-versus-communication time;
 - ``verify``: comparisons that raise :class:`tpviz.errors.CheckFailed`;
 - ``figures``, ``widgets``: the palette, blocks, PNG and GIF; ``live()`` widgets;
-- ``exercises``: the checker framework (``@checker``, ``Wrong``, ``expect_*``).
+- ``exercises``: the checker framework (``@checker``, ``Wrong``, ``expect_*``);
+- ``harness``: build checkers declared, not re-implemented (values at several sizes and mesh
+  sizes, placement, the compiled collectives with loops counted by ``executed``, memory),
+  with the book's answers out of reach while the learner's code runs (``unavailable``).
 """
 
 from tpviz.core import collectives, compiled, cost, figures, hardware, layout, notation, verify

@@ -40,10 +40,14 @@ from tpviz.core.values import (  # noqa: F401 (the checkers import them from her
     is_stub,
     only_keys,
     plain,
+    shown,
 )
 from tpviz.errors import describe
 
 NOT_ATTEMPTED = "not attempted yet"
+#: the mark of a check not attempted yet (✓ and ✗ mark the others): a glyph of the plain text
+#: fonts every front end has (DejaVu Sans, Liberation, Arial), not an emoji such as ⏳
+PENDING = "○"
 GRADING_ENV = "TPVIZ_GRADING"  # set (by tpviz.grading) while nbgrader grades: a stub fails
 GRADING = bool(os.environ.get(GRADING_ENV))  # read once, when tpviz is imported
 TIME_LIMIT_S = 15  # a learner's function runs at most this long inside a checker (a guard
@@ -186,8 +190,8 @@ def checker(title: str) -> Callable:
             if status == "stub":
                 if grading():  # nbgrader's autograde: a stub scores 0
                     raise ExerciseFailed(f"✗ {title}: {NOT_ATTEMPTED}.")
-                print(f"⏳ {title}: {NOT_ATTEMPTED}. Fill in the cell above, run it, then run "
-                      "this cell again.")
+                print(f"{PENDING} {title}: {NOT_ATTEMPTED}. Fill in the cell above, run it, "
+                      "then run this cell again.")
                 return None
             if status == "wrong":
                 raise ExerciseFailed(f"✗ {title}: {text}")

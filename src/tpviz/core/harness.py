@@ -1,11 +1,11 @@
 """One harness for build checkers: a checker *declares* what it grades; the harness grades it.
 
 A build exercise asks the learner to write parallel code: a ``shard_map`` body, a whole sharded
-program, conjugate operators, a schedule. Its checker describes the exercise as a :class:`Build`
-and calls :func:`grade` inside a :func:`~tpviz.core.exercises.checker`::
+program, conjugate operators, a ring of ``ppermute`` calls. Its checker describes the exercise as a
+:class:`Build` and calls :func:`grade` inside a :func:`~tpviz.core.exercises.checker`::
 
     FSDP = harness.Build(
-        what="your per-device matmul",
+        what="your per-device matmul",          # how messages name the learner's code
         layouts=("In[B_X, D]", "W1[D_X, F]"),   # the inputs, in call order, as held on the mesh
         out="Out[B_X, F]",                      # how the result is held
         axes=("X",),                            # the mesh axes' names
@@ -17,171 +17,93 @@ and calls :func:`grade` inside a :func:`~tpviz.core.exercises.checker`::
         reference=lambda x, w: x @ w,           # one device, NumPy or JAX
         collectives=lambda case: [harness.Expect("all-gather", case.nbytes("W1"), ("X",),
                                                  what="W1")],
-        unavailable=("tpviz.matmul.run.explicit",),  # the book's answers: calling one fails
+        unavailable=("tpviz.matmul.explicit",),  # the book's answers: calling one fails
         hint="Each device has its own rows of In but only 1/N of the rows of W1 ...",
-        praise="The case 2 that FSDP runs for every layer.")
+        praise="Case 2, as FSDP runs it for every layer.")
 
     @checker("FSDP's matmul: case 2")
     def check_fsdp_matmul(fn):
         return harness.grade(fn, FSDP)
 
 For each case, in order, the harness builds the mesh from ``tpviz.devices.chosen_devices()``,
-makes the inputs itself (seeded, so a result computed in advance or for the learner's own
-arrays fails), and then grades, stopping at the first mistake:
+makes the inputs itself (``inputs(sizes, rng)``, seeded per case; ``sizes`` also holds
+``"devices"``), so a result computed in advance or for the notebook's own arrays fails, and
+grades, stopping at the first mistake:
 
-1. **runs** the answer under the time limit of :func:`tpviz.core.exercises.call` with the
-   ``unavailable`` functions out of reach (:mod:`tpviz.core.unavailable`): compile once, run
-   once; a learner's exception, an endless loop or a stub becomes a message;
-2. **manual** (``manual=True``): the program must contain a ``jax.shard_map`` (a program left to
-   the compiler, e.g. ``jax.jit(..., out_shardings=...)``, fails);
-3. **values** against ``reference`` (each output leaf by name, ``out_names``); a ``diagnose``
-   hook may name a known mistake first (e.g. "N times too large");
-4. **placement** (whole programs, ``per_device=False``): the input shardings the compiled
-   program holds and the bytes each device holds, operand by operand; the result's sharding;
-5. **collectives**: exactly the :class:`Expect` list (kind, count, bytes ``V``, mesh axes), read
-   from the compiled program with loops counted (:mod:`tpviz.core.executed`);
-6. **memory** (optional hook): :func:`tpviz.core.compiled.memory` of the compiled program.
+1. **runs** the answer once (compile, then run) under the time limit of
+   :func:`tpviz.core.exercises.call`, with the ``unavailable`` functions out of reach
+   (:mod:`tpviz.core.unavailable`: calling one fails with "this exercise asks you to write what
+   `tpviz.megatron.row_parallel` does"); an exception, an endless loop or a stub is a message;
+2. **values** against ``reference(*inputs)`` (or ``reference(*inputs, case=case)``), leaf by
+   leaf (named by ``out_names``) and on every device's copy; a ``diagnose(case, got, want)`` hook
+   may first name a known mistake ("8 times too large: summed, not averaged"). The compiled
+   program then runs again on inputs of the same shapes made after it was traced (a result read
+   from the checker's arrays while tracing and baked in is right on the first ones only);
+3. **manual** (``manual=True``): the program must be a ``jax.shard_map``, with nothing computed
+   outside it (a program left to the compiler, ``jax.jit(..., out_shardings=...)``, fails, and
+   so does a ``shard_map`` whose inputs or result the compiler reshapes, sums or reshards);
+4. **placement** (``per_device=False``): the input shardings the compiled program holds and the
+   bytes each device holds, operand by operand ("W1 is held whole on each device (2,560 bytes
+   per device), but the exercise holds it as W1[D, F_X]: 320 bytes"); the result's sharding;
+5. **collectives**: exactly the ``collectives(case)`` list of :class:`Expect` (kind, count,
+   bytes ``V`` = :attr:`Collective.full_bytes`, mesh axes), read from the compiled program with
+   loops counted (:mod:`tpviz.core.executed`); then an ``extra(case, found)`` hook for what a
+   list cannot say (ring neighbours, directions, "at most two numbers per row");
+6. **memory** (optional): ``memory(case, compiled.memory(program))`` for exercises about memory
+   (activations, a KV cache): return a message to fail.
 
-A mistake on a later case after earlier cases passed says so ("right on 8 devices at B = 16 …,
-but on 4 devices …"): code right on one size only. The ✓ message is built from the compiled
-program of the first case (what it moved), never from a plan.
+A hook returns None when all is well, or the mistake in words. A mistake on a later case after
+earlier ones passed says so ("right on 8 devices with n = 64, but on 4 devices with n = 26"):
+code right on one size only. The ✓ message says what the compiled program of the first case
+moved (never what a plan says), and how many cases passed; ``praise`` adds words before it (a
+callable ``praise(case, found)`` may price what was found).
 
-How the answer becomes a program (``per_device`` and ``program``):
+How the answer becomes a program:
 
 - ``per_device=True`` (default): the answer is the function one device runs; the harness wraps
   it in ``jax.shard_map(answer, mesh, in_specs=layouts, out_specs=out, check_vma=vma)``.
-  ``vma="either"`` accepts an answer right with ``check_vma=True`` (JAX's default) or ``False``.
+  ``vma="either"`` accepts an answer right with ``check_vma=True`` (JAX's default) or ``False``
+  and reports the attempt that got further. ``layouts`` entries may be specs (``P(...)``, a
+  pytree argument such as a dict of parameters); name the inputs with ``names`` then.
 - ``per_device=False``: the answer is a whole program on the exercise's mesh (the first devices
-  of ``chosen_devices()``, as ``tpviz.make_mesh`` makes it); it is called on global arrays.
-- ``program=lambda answer, case: fn``: anything else (an answer with extra arguments, operators
-  plugged into the checker's own model, a library program with the learner's step in it).
+  of ``chosen_devices()``, as ``tpviz.make_mesh`` makes them), called on global host arrays, or
+  on arrays already placed as ``layouts`` with ``placed=True``; ``explicit=True`` makes the
+  mesh's axes Explicit and runs the program with it as the current mesh. ``out=None`` leaves
+  the result's layout unchecked (a scalar).
+- ``program=lambda answer, case: fn``: anything else: an answer with extra arguments (1.5's
+  ``fn(x, axis, k)``), operators plugged into the checker's own model (4.2's ``(f, g)``: pass a
+  tuple as the answer), a library program with the learner's step in it (6.3). The hook and the
+  program it returns run inside the watch, so ``unavailable`` must not name a function the
+  checker's own program calls.
 
-Other builds (no mesh: a pricing function, a schedule) use :func:`guarded` to call the answer
-with the book's answers out of reach. ✗ messages say what is wrong and where to look (the
-``hint``); they never show the expected code.
+Builds without a mesh (a pricing function, a schedule's construction) call the learner's code
+through :func:`guarded`, which applies the same time limit and keeps the same functions out of
+reach. ✗ messages say what is wrong and where to look (``hint``); they never show the code.
+
+For a new chapter: declare ``unavailable`` as the dotted names of the topic functions that
+solve the exercise (and the helpers they are built from), choose at least two sizes and, where
+the exercise has a mesh, two mesh sizes or shapes, and write the exact collectives from the
+exercise's arithmetic (the plan may give them, as ``mesh2d.plan(...).collectives()`` does for
+6.6). Then write at least five wrong programs as a learner would (a library shortcut, a
+hard-coded or one-size answer, an operand held whole, an extra or wrong collective, right on one
+mesh size only) and test that each is rejected with words that name its mistake.
 """
-
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import io
-from collections.abc import Callable, Sequence
-from typing import Any
 
 import jax
-import numpy as np
 
 from tpviz import compat
 from tpviz.core import compiled, verify
-from tpviz.core.exercises import NotAttempted, Wrong, call, is_stub
+from tpviz.core.exercises import NotAttempted, Wrong, is_stub
+from tpviz.core.harness_build import Build, Case, Expect, cases, guarded
 from tpviz.core.harness_report import compare, moved, placement, specs, summary, values
-from tpviz.core.notation import parse
-from tpviz.core.unavailable import Unavailable, message, unavailable
 
 __all__ = ["Build", "Case", "Expect", "grade", "guarded"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Expect:
-    """A collective the compiled program must hold: ``count`` of ``kind`` moving ``nbytes`` (V,
-    the whole array gathered or reduced: :attr:`Collective.full_bytes`) along ``axes`` (mesh
-    axis names; None: any), described as ``what`` in messages ("W1", "the [T, H] output")."""
-
-    kind: str
-    nbytes: int
-    axes: tuple[str, ...] | None = None
-    count: int = 1
-    what: str = ""
-
-
-@dataclasses.dataclass
-class Case:
-    """One mesh and one set of inputs the harness made: what the hooks receive."""
-
-    mesh: Any
-    sizes: dict
-    args: tuple
-    names: tuple[str, ...]
-
-    @property
-    def n(self) -> int:
-        """Devices in the mesh."""
-        return int(self.mesh.size)
-
-    def size(self, axis: str) -> int:
-        return int(self.mesh.shape[axis])
-
-    def nbytes(self, name: str) -> int:
-        """Bytes of the input called ``name`` (whole)."""
-        return int(np.asarray(self.args[self.names.index(name)]).nbytes)
-
-    def describe(self) -> str:
-        shape = "×".join(map(str, self.mesh.devices.shape))
-        where = f"{self.n} devices" if self.mesh.devices.ndim == 1 else f"the {shape} mesh"
-        sizes = ", ".join(f"{k} = {v}" for k, v in self.sizes.items())
-        return where + (f" with {sizes}" if sizes else "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Build:
-    """What a build checker grades; see the module docstring for the order of the checks."""
-
-    what: str
-    layouts: Sequence[str]
-    out: Any  # a notation string, or a tuple of them for several outputs
-    axes: Sequence[str]
-    cases: Sequence[tuple[tuple[int, ...], dict]]
-    inputs: Callable[[dict, np.random.Generator], tuple]
-    reference: Callable[..., Any]
-    collectives: Callable[[Case], list[Expect]] | None = None
-    unavailable: Sequence[str] = ()
-    per_device: bool = True
-    program: Callable[[Any, Case], Callable] | None = None
-    vma: bool | str = False
-    manual: bool = False
-    explicit: bool = False  # the mesh's axes are Explicit, and the program runs in its context
-    placed: bool = False  # the inputs arrive placed as ``layouts`` (else: host arrays)
-    out_names: Sequence[str] | None = None
-    diagnose: Callable[[Case, Any, Any], str | None] | None = None
-    memory: Callable[[Case, Any], str | None] | None = None
-    hint: str = ""
-    praise: str = ""
-    rtol: float = 1e-4
-    atol: float = 1e-4
-    seed: int = 0
-
-
-def _mesh(shape, axes, explicit: bool = False):
-    from jax.sharding import AxisType
-
-    from tpviz.devices import chosen_devices, make_mesh
-
-    n = int(np.prod(shape))
-    devices = chosen_devices()
-    if len(devices) < n:
-        raise Wrong(f"this check needs {n} devices, and only {len(devices)} are set up.",
-                    f"Run tpviz.setup_devices({max(8, n)}) first, in a new kernel.")
-    types = (AxisType.Explicit,) * len(axes) if explicit else None
-    return make_mesh(tuple(shape), tuple(axes), devices=devices[:n], axis_types=types)
-
-
-def guarded(fn, *args, what: str = "your function", names: Sequence[str] = ()):
-    """``call(fn, *args)`` (time limit, captured output, exceptions as messages) with the
-    functions ``names`` out of reach: calling one is a :class:`Wrong` that names it."""
-    try:
-        with unavailable(names) as called:
-            result = call(fn, *args, what=what)
-    except Unavailable as e:
-        raise Wrong(message(e.name)) from None
-    except Wrong:
-        if called:
-            raise Wrong(message(called[0])) from None
-        raise
-    if called:
-        raise Wrong(message(called[0]) if called[0] != "sys.setprofile" else
-                    "your code switched off the checker's watch (sys.setprofile); leave it on.")
-    return result
 
 
 def _run(answer, build: Build, case: Case, vma: bool):
@@ -197,32 +119,83 @@ def _run(answer, build: Build, case: Case, vma: bool):
     def compile_and_run():
         with compat.mesh_context(case.mesh) if build.explicit else contextlib.nullcontext():
             jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-            text = jitted.lower(*case.args).as_text() if build.manual else ""
-            program = compiled.compile_for(jitted, *case.args)  # the trace above is reused
-            return jax.block_until_ready(program(*case.args)), program, text
+            outside = _outside(jax.make_jaxpr(jitted)(*case.args)) if build.manual else None
+            program = compiled.compile_for(jitted, *case.args)
+            return jax.block_until_ready(program(*case.args)), program, outside
 
     return guarded(compile_and_run, what=build.what, names=build.unavailable)
 
 
-def _manual(build: Build, text: str) -> None:
-    if build.manual and not any(m in text for m in ("manual_computation", "SPMDFullToShard")):
+def _outside(closed) -> list[str] | None:
+    """The operations a program runs outside every ``jax.shard_map`` (calls such as ``jax.jit``
+    are looked into), or None when it runs no ``shard_map`` at all."""
+    found, outside = False, []
+
+    def walk(jaxpr):
+        nonlocal found
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "shard_map":
+                found = True
+                continue
+            inner = [getattr(v, "jaxpr", v) for v in eqn.params.values()
+                     if hasattr(getattr(v, "jaxpr", v), "eqns")]
+            for sub in inner:
+                walk(sub)
+            if not inner:
+                outside.append(eqn.primitive.name)
+
+    walk(closed.jaxpr)
+    return outside if found else None
+
+
+def _manual(build: Build, outside: list[str] | None) -> None:
+    """A whole program must be a ``shard_map``: no communication or work left to the compiler."""
+    if not build.manual:
+        return
+    if outside is None:
         raise Wrong(f"{build.what} has no jax.shard_map: the compiler chose its communication, "
                     "and this exercise asks you to write the per-device program yourself.",
                     build.hint)
+    if outside:
+        ops = ", ".join(dict.fromkeys(outside))
+        raise Wrong(f"{build.what} computes outside its jax.shard_map ({ops}): the compiler "
+                    "decides how that part runs and what it sends. Put all of the work, and "
+                    "all of the communication, in the per-device function.", build.hint)
 
 
-def _grade_case(answer, build: Build, case: Case, vma: bool) -> list:
-    want = build.reference(*case.args)
-    out, program, text = _run(answer, build, case, vma)
-    values(build, case, out, want)
-    _manual(build, text)
+def _reference(build: Build, case: Case):
+    takes_case = "case" in inspect.signature(build.reference).parameters
+    return build.reference(*case.args, **({"case": case} if takes_case else {}))
+
+
+def _again(build: Build, case: Case, program) -> None:
+    """The compiled program on inputs made after it was traced: a result baked in while tracing
+    (read from the checker's arrays) is right on the first inputs only."""
+    if case.remake is None:
+        return
+    fresh = dataclasses.replace(case, args=case.remake())
+    out = guarded(lambda: jax.block_until_ready(program(*fresh.args)), what=build.what)
+    try:
+        values(build, fresh, out, _reference(build, fresh))
+    except Wrong as w:
+        raise Wrong("right on the check's first inputs, but on other inputs of the same shapes "
+                    f"(made after your program was traced): {w.message}", w.hint) from None
+
+
+def _grade_case(answer, build: Build, case: Case, vma: bool, state: dict) -> list:
+    out, program, outside = _run(answer, build, case, vma)
+    values(build, case, out, _reference(build, case))  # (computed after the learner's code ran)
+    _again(build, case, program)
+    state["values"] = True  # how far this case got (for choosing a message)
+    _manual(build, outside)
     if not build.per_device:
         mistake = placement(program, out, case, build.layouts, build.out)
         if mistake:
             raise Wrong(mistake, build.hint)
     found = moved(program, case.mesh)
-    if build.collectives is not None:
-        mistake = compare(found, build.collectives(case))
+    if build.collectives is not None or build.extra is not None:
+        mistake = compare(found, build.collectives(case)) if build.collectives else None
+        mistake = mistake or (build.extra(case, found) if build.extra else None)
         if mistake:
             raise Wrong(f"right values, but the compiled program holds {summary(found)}: "
                         f"{mistake}.", build.hint)
@@ -231,45 +204,36 @@ def _grade_case(answer, build: Build, case: Case, vma: bool) -> list:
     return found
 
 
-def _cases(build: Build) -> list[Case]:
-    cases = []
-    for k, (shape, sizes) in enumerate(build.cases):
-        rng = np.random.default_rng(build.seed + k)
-        args = tuple(build.inputs(dict(sizes), rng))
-        names = tuple(parse(text).name for text in build.layouts)
-        mesh = _mesh(shape, build.axes, build.explicit)
-        if build.placed:
-            args = tuple(jax.device_put(a, jax.sharding.NamedSharding(mesh, spec))
-                         for a, spec in zip(args, specs(tuple(build.layouts)), strict=True))
-        cases.append(Case(mesh, dict(sizes), args, names))
-    return cases
-
-
 def _attempt(answer, build: Build, vma: bool) -> str:
-    cases, passed, first = _cases(build), [], None
-    for case in cases:
+    made, passed, first = cases(build), [], None
+    for case in made:
         quiet = contextlib.redirect_stdout(io.StringIO()) if passed else contextlib.nullcontext()
+        state = {"values": False}
         try:
             with quiet:  # the learner's printing is shown once, for the first case
-                found = _grade_case(answer, build, case, vma)
+                found = _grade_case(answer, build, case, vma, state)
         except Wrong as w:
             if passed:
-                raise Wrong(f"right on {passed[0].describe()}, but on {case.describe()}: "
-                            f"{w.message}", w.hint or "Does your code assume a size or a number "
-                            "of devices? Read them from the arrays and the mesh axes.") from None
-            raise Wrong(f"on {case.describe()}: {w.message}", w.hint) from None
+                wrong = Wrong(f"right on {passed[0].describe()}, but on {case.describe()}: "
+                              f"{w.message}", w.hint or "Does your code assume a size or a "
+                              "number of devices? Read them from the arrays and the mesh axes.")
+            else:
+                wrong = Wrong(f"on {case.describe()}: {w.message}", w.hint)
+            wrong.progress = (len(passed), state["values"], getattr(w, "diagnosed", False))
+            raise wrong from None
         first = found if not passed else first
         passed.append(case)
-    verify.require(bool(cases), "a Build needs at least one case")
-    shapes = sorted({tuple(c.mesh.devices.shape) for c in cases})
+    verify.require(bool(made), "a Build needs at least one case")
+    shapes = sorted({tuple(c.mesh.devices.shape) for c in made})
     meshes = (f"{' and '.join(str(s[0]) for s in shapes)} devices" if len(shapes[0]) == 1 else
               f"the {' and '.join('×'.join(map(str, s)) for s in shapes)} mesh"
               + ("es" if len(shapes) > 1 else ""))
-    checked = (f"right on {len(cases)} cases ({meshes}, "
-               f"{len({tuple(c.sizes.items()) for c in cases})} sets of sizes)")
+    checked = (f"right on {len(made)} cases ({meshes}, "
+               f"{len({tuple(c.sizes.items()) for c in made})} sets of sizes)")
     what = summary(first) if first else "nothing between devices"
-    return (f"{build.praise + ' ' if build.praise else ''}The compiled program moved {what} "
-            f"on {cases[0].describe()}; {checked}.")
+    praise = build.praise(made[0], first) if callable(build.praise) else build.praise
+    return (f"{praise + ' ' if praise else ''}The compiled program moved {what} on "
+            f"{made[0].describe()}; {checked}.")
 
 
 def grade(answer, build: Build) -> str:
@@ -278,10 +242,11 @@ def grade(answer, build: Build) -> str:
         raise NotAttempted
     if build.vma != "either":
         return _attempt(answer, build, bool(build.vma))
-    try:
+    try:  # check_vma=True (JAX's default), then False: the message of the one that got further
         return _attempt(answer, build, True)
     except Wrong as typed:
         try:
             return _attempt(answer, build, False)
-        except Wrong:
-            raise typed from None
+        except Wrong as untyped:
+            further = getattr(untyped, "progress", ()) > getattr(typed, "progress", ())
+            raise (untyped if further else typed) from None

@@ -8,7 +8,7 @@ from collections import Counter
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, PartitionSpec
 
 from tpviz.core import compiled
 from tpviz.core.executed import UnknownCount, executed
@@ -73,8 +73,12 @@ def compare(found, want) -> str | None:
         if not same:
             have = sum(1 for i in items if i[0] == e.kind)
             need = sum(1 for w in wanted if w.kind == e.kind)
-            return (f"{have} {e.kind}(s) where the exercise needs {need}" if have else
-                    f"no {e.kind}" + (f" of {e.what}" if e.what else ""))
+            none = f"no {e.kind}" + (f" of {e.what}" if e.what else "")
+            if left:  # something else moved instead
+                kind, nbytes, axes = left[0]
+                return (f"{_article(kind)} {kind}{_along(axes)} of {nbytes:,} bytes more than "
+                        f"the exercise needs, and {none}")
+            return f"{have} {e.kind}(s) where the exercise needs {need}" if have else none
         kind, nbytes, axes = same[0]
         if nbytes != e.nbytes:
             more = "more" if nbytes > e.nbytes else "fewer"
@@ -105,8 +109,8 @@ def placement(program, out, case, layouts, out_layout) -> str | None:
         parsed = parse(text)
         arg = np.asarray(arg)
         want = NamedSharding(case.mesh, parsed.spec)
-        if sharding.is_equivalent_to(want, arg.ndim):
-            continue
+        if sharding is None or sharding.is_equivalent_to(want, arg.ndim):
+            continue  # (None: the compiled program never reads this input)
         block, nbytes = _held(sharding, arg.shape, arg.itemsize)
         _, want_bytes = _held(want, arg.shape, arg.itemsize)
         return (f"{parsed.name} is held {_where(block, arg.shape)} on each device ({nbytes:,} "
@@ -130,9 +134,11 @@ def placement(program, out, case, layouts, out_layout) -> str | None:
 
 
 def specs(layouts):
-    """``PartitionSpec``(s) of a notation string or of a tuple of them."""
+    """``PartitionSpec``(s) of a notation string (or a spec) or of a tuple of them."""
     if isinstance(layouts, str):
         return parse(layouts).spec
+    if isinstance(layouts, PartitionSpec):
+        return layouts
     return tuple(specs(x) for x in layouts)
 
 
@@ -140,7 +146,9 @@ def values(build, case, out, want) -> None:
     """Compare the program's result with the reference, leaf by leaf; :class:`Wrong` naming the
     first that differs (its per-device block when the answer is per-device)."""
     if build.diagnose is not None and (said := build.diagnose(case, out, want)):
-        raise Wrong(said, build.hint)
+        wrong = Wrong(said, build.hint)
+        wrong.diagnosed = True
+        raise wrong
     got_leaves, treedef = jax.tree.flatten(out)
     want_leaves, want_def = jax.tree.flatten(want)
     names = list(build.out_names or [])
@@ -152,16 +160,37 @@ def values(build, case, out, want) -> None:
         name = names[i] if i < len(names) else "the result"
         ref = np.asarray(ref)
         if build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
-            outs = specs(build.out)
+            outs = specs(build.out) if build.out is not None else None
             spec = outs[i] if isinstance(outs, tuple) else outs
+            if spec is None:  # laid out by the checker's own program (``program=``)
+                raise Wrong(f"{name} has shape {tuple(got.shape)}; it should be {ref.shape}.",
+                            build.hint)
             block = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(ref.shape)
             mine = jax.sharding.NamedSharding(case.mesh, spec).shard_shape(tuple(got.shape))
-            raise Wrong(f"on {case.describe()}, each device returned a block of shape {mine} "
-                        f"for {name}; its block should be {block}.", build.hint)
+            raise Wrong(f"each device returned a block of shape {mine} for {name}; its block "
+                        f"should be {block}.", build.hint)
         if not build.per_device and hasattr(got, "shape") and tuple(got.shape) != ref.shape:
             shapes = ", ".join(str(tuple(np.shape(a))) for a in case.args)
             raise Wrong(f"{name} has shape {tuple(got.shape)}, but for the check's inputs of "
-                        f"shapes {shapes} it should be {ref.shape}: compute it from the "
-                        "arguments (the check passes arrays of its own).", build.hint)
+                        f"shapes {shapes} it should be {ref.shape}. Does your code compute from "
+                        "its arguments, whatever their sizes? The check passes arrays of its "
+                        "own.", build.hint)
         expect_array(got, ref.astype(np.asarray(got).dtype) if hasattr(got, "dtype") else ref,
                      what=name, rtol=build.rtol, atol=build.atol, hint=build.hint)
+        _every_device(got, ref, name, case, build)
+
+
+def _every_device(got, ref, name: str, case, build) -> None:
+    """Each device's copy of the result, not only the one the array shows: a result held whole
+    on every device (``out_specs=P()`` without ``check_vma``) shows device 0's copy alone."""
+    for shard in getattr(got, "addressable_shards", ()):
+        mine = np.asarray(shard.data)
+        part = np.asarray(ref, mine.dtype)[shard.index]
+        if mine.shape == part.shape and np.allclose(mine, part, rtol=build.rtol,
+                                                    atol=build.atol):
+            continue
+        devices = list(np.asarray(case.mesh.devices).flat)
+        where = devices.index(shard.device) if shard.device in devices else shard.device.id
+        raise Wrong(f"device {where} ends with wrong values for {name}; the array shows "
+                    "another device's copy, which is right. Every device should end with the "
+                    "result.", build.hint)

@@ -19,6 +19,7 @@ Vega scripts served from the book's files (no CDN).
 from __future__ import annotations
 
 import html
+import importlib
 import itertools
 import json
 from collections.abc import Callable, Sequence
@@ -33,6 +34,9 @@ FONT = 12
 #: a Vega parameter holding the width (px) the page drew the plots at (``tpviz-live.js`` sets
 #: it after fitting the figure to its column): expressions can hide what would not fit
 PLOT_PX = "_px"
+#: the caption under every live figure of the book
+LIVE_NOTE = ("Live figure: the controls work in this page (values precomputed from the library's "
+             "plan). Run the notebook for every setting and the full drawing.")
 #: outline of every bar and box: pale fills (Okabe-Ito's yellow, 1.3:1 on white) stay >= 3:1
 OUTLINE = "#333333"
 
@@ -166,6 +170,23 @@ def embed(live: LiveFigure, name: str) -> str:
     return (f'<div class="tpviz-live" data-name="{html.escape(name)}">'
             f'<script type="application/json">{text}</script>'
             "<noscript>This figure needs JavaScript.</noscript></div>")
+
+
+def book_html(payload: dict) -> str:
+    """The book's live figure of an explorer, from the payload its output carries
+    (:data:`tpviz.core.widgets.LIVE_MIME`: ``{"figure": "tpviz.topic.explore:LIVE", "name":
+    render function's name, "starts": the controls' values}``), with its caption. The book's
+    build calls this (``web/tpviz_book.py``); the kernel never does."""
+    where = str(payload.get("figure", ""))
+    module, _, attr = where.partition(":")
+    if not (module.startswith("tpviz.") and attr.isidentifier()):
+        raise ArgumentError(f"book_html: figure {where!r} is not 'tpviz.<topic>.explore:NAME'.")
+    figure = getattr(importlib.import_module(module), attr, None)
+    if not isinstance(figure, LiveFigure):
+        raise ArgumentError(f"book_html: {where} is not a LiveFigure.")
+    shown = embed(starting(figure, dict(payload.get("starts") or {})),
+                  str(payload.get("name") or attr))
+    return f"<figure>{shown}<figcaption><em>{LIVE_NOTE}</em></figcaption></figure>"
 
 
 def notes(base, width: int = 640):

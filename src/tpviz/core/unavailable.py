@@ -18,7 +18,9 @@ thread (``sys.setprofile``): a call that enters the code of a declared function 
 
 Everything else stays usable: ``jax.lax.*``, ``tpviz.make_mesh``, and library functions that are
 not declared. Calls that happened are recorded even if the learner's code catches the exception
-(``except BaseException``), and the watch is removed on every exit path.
+(``except BaseException``), and the watch is removed on every exit path. Calling
+``sys.setprofile`` while watched (to switch the watch off around a call, even if it is put back
+afterwards) is recorded as such.
 
 Only the calling thread is watched: the checker framework runs the learner's code in its worker
 thread (:mod:`tpviz.core.sandbox`), and so does every call made inside :func:`unavailable`.
@@ -35,6 +37,8 @@ from collections.abc import Iterable, Iterator
 
 from tpviz.errors import ArgumentError
 
+_SETPROFILE = sys.setprofile  # the builtin, whatever name a learner's code reaches it by
+
 
 class Unavailable(BaseException):
     """The learner's code called one of the book's answers (learner's code cannot swallow it)."""
@@ -47,8 +51,7 @@ class Unavailable(BaseException):
 def message(name: str) -> str:
     """What a checker says when the learner's code called ``name``."""
     return (f"this exercise asks you to write what `{name}` does, and your code called it. "
-            "Write it yourself with the building blocks the exercise names (jax.lax collectives, "
-            "array indexing).")
+            "Write it yourself, with the building blocks the exercise names.")
 
 
 def resolve(name: str):
@@ -118,12 +121,17 @@ def unavailable(names: Iterable[str]) -> Iterator[list[str]]:
         return
     previous = sys.getprofile()
 
+    closing = False
+
     def watch(frame, event, arg):
         if previous is not None:
             previous(frame, event, arg)
         if event == "call" and frame.f_code in watched:
             called.append(watched[frame.f_code])  # (raising switches the watch off: done)
             raise Unavailable(watched[frame.f_code])
+        if event == "c_call" and arg is _SETPROFILE and not closing:
+            called.append("sys.setprofile")  # switching the watch off, even for a moment
+            raise Unavailable("sys.setprofile")
 
     sys.setprofile(watch)
     try:
@@ -131,4 +139,5 @@ def unavailable(names: Iterable[str]) -> Iterator[list[str]]:
         if not called and sys.getprofile() is not watch:
             called.append("sys.setprofile")  # the learner's code switched the watch off
     finally:
+        closing = True
         sys.setprofile(previous)

@@ -213,15 +213,26 @@ def only_keys(answer, allowed: Iterable[str], what: str = "your answer",
     return answer
 
 
+def shown(value: float) -> str:
+    """A number as a message shows it: a whole number without ".0" and with thousands
+    separators (4,194,304, however it was computed), others to 6 significant digits."""
+    x = float(value)
+    if x.is_integer() and abs(x) < 1e18:
+        return f"{int(x):,}"
+    return f"{x:,.2f}" if 1e5 <= abs(x) < 1e18 else f"{x:,.6g}"
+
+
 def expect_number(value, expected: float, *, what: str = "your answer", rel: float = 1e-6,
                   hint: str = "") -> None:
-    """The answer is a number equal to ``expected`` (within a relative tolerance)."""
+    """The answer is a number equal to ``expected`` within a relative tolerance ``rel`` (an
+    absolute one, ``rel``, only when ``expected`` is 0: an absolute slack of ``rel`` would let
+    a small answer, 0.05 ms say, be 20 % off)."""
     try:
         got = as_number(value, what)
     except Wrong as w:
         raise Wrong(w.message, hint) from None
-    if not math.isclose(got, expected, rel_tol=rel, abs_tol=rel):
-        raise Wrong(f"{what} is {got:,.6g}, which is not right.", hint)
+    if not math.isclose(got, expected, rel_tol=rel, abs_tol=0.0 if expected else rel):
+        raise Wrong(f"{what} is {shown(got)}, which is not right.", hint)
 
 
 def expect_bytes(value, expected: float, *, what: str = "your answer", hint: str = "") -> None:
@@ -235,5 +246,4 @@ def expect_bytes(value, expected: float, *, what: str = "your answer", hint: str
     expected = float(expected)
     slack = max(1e-6, 8 * math.ulp(expected)) if expected.is_integer() else 1e-9 * abs(expected)
     if abs(got - expected) > slack:
-        shown = f"{got:,.0f}" if float(got).is_integer() else f"{got:,.6g}"
-        raise Wrong(f"{what} is {shown}, which is not right.", hint)
+        raise Wrong(f"{what} is {shown(got)}, which is not right.", hint)

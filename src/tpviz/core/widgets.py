@@ -1,14 +1,22 @@
 """Widgets: a few controls that re-plan and redraw, shared by every topic's ``explore`` room.
 
-Each ``explore_*`` returns a :class:`Live` object (built with :func:`live`). In Jupyter or
-Colab it shows the live controls. In the static book (where no kernel runs) it shows the topic's
-live figure (:mod:`tpviz.core.live`: precomputed from the plan layer, drawn in the browser with
-working controls) where the topic declares one, else a figure of the default settings.
+Each ``explore_*`` returns a :class:`Live` object (built with :func:`live`). Its MIME bundle
+holds, beside the widget's view (what Jupyter, Colab and VS Code show while the kernel runs):
+- the figure of its first setting, as ``image/png`` (or, with a table, ``text/html``): what a
+  front end without the widget's model shows (GitHub, nbviewer, an untrusted notebook);
+- ``application/vnd.tpviz.live+json`` (:data:`LIVE_MIME`), for topics that declare a live
+  figure: which :class:`tpviz.core.live.LiveFigure` to draw, from which setting. No kernel
+  front end renders this type; the book's build turns it into the live figure
+  (:func:`tpviz.core.live.book_html`, called by ``web/tpviz_book.py``). The kernel builds no
+  HTML for the book and a saved notebook holds none of it (a few hundred bytes instead of up
+  to 1.5 MB per explorer).
 """
 
 from __future__ import annotations
 
 import base64
+import html as html_text
+import sys
 from collections.abc import Callable
 
 import ipywidgets as widgets
@@ -18,12 +26,14 @@ from matplotlib.figure import Figure
 
 from tpviz import compat
 from tpviz.core import figures, validate
+from tpviz.core.live import LIVE_NOTE  # noqa: F401 (the book's caption, re-exported)
 from tpviz.errors import ArgumentError, ArgumentTypeError, TpvizError
 
 STATIC_NOTE = ("Figure of the default settings. The controls are live when you run this notebook "
                "(Jupyter, Colab or Binder).")
-LIVE_NOTE = ("Live figure: the controls work in this page (values precomputed from the library's "
-             "plan). Run the notebook for every setting and the full drawing.")
+#: the MIME type that names an explorer's live figure for the book's build (ignored by kernels'
+#: front ends, which have no renderer for it)
+LIVE_MIME = "application/vnd.tpviz.live+json"
 
 
 def png(fig: Figure) -> bytes:
@@ -34,44 +44,65 @@ def png(fig: Figure) -> bytes:
 
 
 class Live:
-    """A widget plus a static figure of its default state, chosen by the front end.
+    """A widget plus a static figure of its first setting, chosen by the front end.
 
-    The MIME bundle carries both: front ends that run widgets (Jupyter, Colab) show the widget;
-    the book is configured to drop the widget view, and shows the figure (after ``html``, a table
-    the figure goes with, if any) and a note instead.
+    ``figure`` (a module-level :class:`tpviz.core.live.LiveFigure`, named ``where`` =
+    ``"module:NAME"``) is the book's live figure of this explorer, started at ``starts``.
     """
 
     def __init__(self, widget: widgets.Widget, static: bytes, note: str = STATIC_NOTE,
-                 html: str = "", figure=None, starts: dict | None = None, name: str = ""):
+                 html: str = "", figure=None, starts: dict | None = None, name: str = "",
+                 where: str = ""):
         self.widget, self.static, self.note, self.html = widget, static, note, html
-        self.figure, self.starts, self.name = figure, starts or {}, name
-        self._live_html = None
+        self.figure, self.starts, self.name, self.where = figure, starts or {}, name, where
 
-    def live_html(self) -> str:
-        """The static page's live figure (built once, on first display), or "" if none."""
+    def book_payload(self) -> dict | None:
+        """What the book's build needs to draw the live figure (``None``: no live figure)."""
         if self.figure is None:
-            return ""
-        if self._live_html is None:
-            from tpviz.core import live as live_figures
-
-            self._live_html = live_figures.embed(live_figures.starting(self.figure, self.starts),
-                                                 self.name)
-        return self._live_html
+            return None
+        return {"figure": self.where, "name": self.name, "starts": self.starts}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = compat.widget_bundle(self.widget)  # ipywidgets 7 and 8
-        shown = self.live_html()
-        if shown:
-            bundle["text/html"] = (f"<figure>{shown}<figcaption><em>{LIVE_NOTE}</em>"
-                                   "</figcaption></figure>")
-            bundle["text/plain"] = LIVE_NOTE
-            return bundle
         data = base64.b64encode(self.static).decode()
-        bundle["text/html"] = (f'{self.html}<figure><img src="data:image/png;base64,{data}" '
-                               f'alt="{self.note}"/><figcaption><em>{self.note}</em>'
-                               "</figcaption></figure>")
+        if self.html or self.figure is None:  # the table goes with the figure; or the note
+            bundle["text/html"] = (f'{self.html}<figure><img src="data:image/png;base64,{data}" '
+                                   f'alt="{self.note}"/><figcaption><em>{self.note}</em>'
+                                   "</figcaption></figure>")
+        else:
+            bundle["image/png"] = data
         bundle["text/plain"] = self.note
+        payload = self.book_payload()
+        if payload is not None:
+            bundle[LIVE_MIME] = payload
         return bundle
+
+
+class Refusal:
+    """A setting the library refuses, as the widget shows it: an HTML paragraph, which wraps
+    between words (JupyterLab breaks printed output anywhere, mid-word), or the plain line."""
+
+    def __init__(self, message: str):
+        self.text = f"⚠ {message}"
+
+    def __repr__(self) -> str:  # what display() prints outside a kernel
+        return self.text
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": f'<p class="tpviz-refused">{html_text.escape(self.text)}</p>',
+                "text/plain": self.text}
+
+
+def _where(figure, render: Callable) -> str:
+    """``"module:NAME"`` of ``figure``, a LiveFigure at the top level of ``render``'s module
+    (the book's build imports it from there)."""
+    module = sys.modules.get(getattr(render, "__module__", ""), None)
+    for name, value in vars(module).items() if module is not None else ():
+        if value is figure:
+            return f"{module.__name__}:{name}"
+    raise ArgumentError(f"live(figure=...): the live figure of {render.__name__} must be a "
+                        f"top-level name of {getattr(render, '__module__', '?')} (e.g. LIVE = "
+                        "LiveFigure(...)), so that the book's build can import it.")
 
 
 Rendered = Figure | str | tuple[str, Figure]
@@ -83,6 +114,7 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendere
     above the figure: HTML costs the redraw nothing), or a message for bad settings.
     ``figure``: the topic's :class:`tpviz.core.live.LiveFigure`, which the static book shows
     instead of the PNG (starting from the controls' values where its grids hold them)."""
+    where = _where(figure, render) if figure is not None else ""
     out = widgets.Output()
 
     def show(result: Rendered) -> None:
@@ -93,7 +125,7 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendere
             display(result)
             plt.close(result)
         else:
-            print(result)
+            display(Refusal(result))
 
     def redraw(_=None):
         values = {k: w.value for k, w in controls.items()}
@@ -102,7 +134,7 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendere
             try:
                 result = render(**values)
             except TpvizError as e:  # bad settings: say why, keep the controls alive
-                result = f"⚠ {e}"
+                result = str(e)
             show(result)
 
     for w in controls.values():
@@ -118,7 +150,7 @@ def live(controls: dict[str, widgets.ValueWidget], render: Callable[..., Rendere
     box = widgets.VBox([*(widgets.HBox(r) for r in rows), out])
     starts = {k: w.value for k, w in controls.items()}
     return Live(box, static, html=html, figure=figure, starts=starts,
-                name=getattr(render, "__name__", "figure"))
+                name=getattr(render, "__name__", "figure"), where=where)
 
 
 STYLE = {"description_width": "initial"}

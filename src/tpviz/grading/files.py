@@ -31,15 +31,21 @@ def refuse_inside(out: Path, *sources: Path) -> None:
                                "choose an output folder outside it (e.g. student/ or grades/)")
 
 
+def changed_files(out: Path, names) -> list[str]:
+    """The names among ``names`` whose file in ``out`` exists and differs from what tpviz last
+    wrote there (a learner's or an instructor's change, or a file tpviz did not write)."""
+    manifest_path = out / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    return [rel for rel in names if (out / rel).exists()
+            and manifest.get(rel) != digest((out / rel).read_bytes())]
+
+
 def check_writable(out: Path, names, *, force: bool = False) -> None:
     """Raise :class:`GradingError` if a file ``out/<name>`` exists and differs from what tpviz
     last wrote there (a learner's or an instructor's change), unless ``force``."""
     if force:
         return
-    manifest_path = out / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    changed = [str(out / rel) for rel in names if (out / rel).exists()
-               and manifest.get(rel) != digest((out / rel).read_bytes())]
+    changed = [str(out / rel) for rel in changed_files(out, names)]
     if changed:
         raise GradingError(
             "refusing to overwrite files changed since tpviz wrote them (or not written by "

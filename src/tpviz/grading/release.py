@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tpviz.errors import GradingError
 from tpviz.grading import metadata
-from tpviz.grading.files import check_writable, refuse_inside, write_all
+from tpviz.grading.files import changed_files, check_writable, refuse_inside, write_all
 
 DEFAULT_TIMEOUT_S = 120  # per cell, while grading; a chapter's slowest cell takes a few seconds
 
@@ -108,11 +108,20 @@ class Course:
 
 
 def release(book: Path, out: Path, names: Iterable[str] | None = None, *,
-            force: bool = False) -> list[Path]:
+            force: bool = False, keep_changed: bool = False) -> list[Path]:
     """Write the student version of the chapters into ``out`` (``out/<chapter>.ipynb``), as
-    nbgrader's ``generate_assignment`` releases them; returns the files written."""
+    nbgrader's ``generate_assignment`` releases them; returns the files written.
+    ``keep_changed``: leave a copy the learner changed as it is and write the others (``make
+    lab`` does, each time it starts) instead of refusing to write anything."""
     refuse_inside(out, book)
     paths = chapters(book, names)
+    if keep_changed:
+        changed = set(changed_files(out, [p.name for p in paths]))
+        for name in sorted(changed):
+            print(f"kept {out / name}: you changed it (move it away for a fresh copy)")
+        paths = [p for p in paths if p.name not in changed]
+        if not paths:
+            return []
     check_writable(out, [p.name for p in paths], force=force)  # before nbgrader runs
     with Course(paths) as course:
         files = {p.name: course.released(p.stem) for p in paths}
@@ -129,9 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapters", nargs="*", help="chapter names (default: all), e.g. 05_zero")
     parser.add_argument("--force", action="store_true",
                         help="replace files changed since tpviz wrote them")
+    parser.add_argument("--keep-changed", action="store_true",
+                        help="keep the copies changed since tpviz wrote them and write the rest")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        written = release(args.book, args.out, args.chapters or None, force=args.force)
+        written = release(args.book, args.out, args.chapters or None, force=args.force,
+                          keep_changed=args.keep_changed)
     except GradingError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

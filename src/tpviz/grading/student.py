@@ -3,8 +3,9 @@
 In a chapter notebook the learner's code sits between ``# BEGIN SOLUTION`` and ``# END SOLUTION``
 lines. The student version keeps everything else and replaces each such block by a stub that
 defines the same names: ``name = ...`` for a value, a function that raises ``NotImplementedError``
-for a function. The checkers report both as "not attempted yet". Worked answers (``{admonition}
-Answer`` blocks in markdown) become a one-line note; cells tagged ``solution`` are dropped.
+for a function. The checkers report both as "not attempted yet". Worked answers (``<details>``
+blocks whose summary says "Answer", or MyST's ``{admonition} Answer``) become a one-line note;
+cells tagged ``solution`` are dropped.
 
 These functions are the stub of nbgrader's ``generate_assignment`` (see
 :mod:`tpviz.grading.nbgrader_plugins`): the student version is always what nbgrader releases
@@ -70,25 +71,50 @@ def strip_solutions(source: str) -> str:
 
 WORKED_ANSWER_STUB = "*Answer: work it out first; your instructor has the worked answer.*"
 _FENCE = re.compile(r"^\s*(`{3,}|:{3,})\{admonition\}\s*Answer\b")
+_DETAILS = re.compile(r"^\s*<details\b[^>]*>\s*(.*)$", re.I)
+_SUMMARY = re.compile(r"^\s*<summary\b[^>]*>(.*?)</summary>", re.I | re.S)
+
+
+def _answer_summary(rest: list[str]) -> bool:
+    """Whether the ``<details>`` block whose lines follow starts with an "Answer" summary."""
+    text = "\n".join(rest[:3]).lstrip()
+    m = _SUMMARY.match(text)
+    return bool(m) and re.sub(r"<[^>]+>|\*", "", m.group(1)).strip().lower().startswith("answer")
 
 
 def strip_worked_answers(markdown: str) -> str:
-    """Replace every worked answer (a fenced ``{admonition} Answer`` block) by a one-line note."""
+    """Replace every worked answer by a one-line note: a ``<details>`` block whose summary says
+    "Answer" (the chapters' form, tools/markup.py), or a fenced ``{admonition} Answer`` block
+    (the MyST form, before the markup script runs)."""
+    lines = markdown.splitlines()
     out: list[str] = []
-    fence = ""
-    for line in markdown.splitlines():
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        details = _DETAILS.match(line)
         if fence:
-            if line.strip() == fence:
-                fence = ""
-            continue
-        m = _FENCE.match(line)
-        if m:
-            fence = m.group(1)
-            out.append(WORKED_ANSWER_STUB)
+            end = next((j for j in range(i + 1, len(lines))
+                        if lines[j].strip() == fence.group(1)), None)
+            if end is None:
+                raise ValueError("a worked answer ('{admonition} Answer') has no closing fence")
+        elif details and _answer_summary([details.group(1), *lines[i + 1:]]):
+            end, depth = None, 0
+            for j in range(i, len(lines)):
+                depth += len(re.findall(r"<details\b", lines[j], re.I))
+                depth -= len(re.findall(r"</details>", lines[j], re.I))
+                if depth <= 0:
+                    end = j
+                    break
+            if end is None:
+                raise ValueError("a worked answer ('<details>' with an Answer summary) has no "
+                                 "closing '</details>'")
         else:
             out.append(line)
-    if fence:
-        raise ValueError("a worked answer ('{admonition} Answer') has no closing fence")
+            i += 1
+            continue
+        out.append(WORKED_ANSWER_STUB)
+        i = end + 1
     return "\n".join(out)
 
 

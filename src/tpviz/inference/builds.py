@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 from tpviz.core import compiled, harness
 from tpviz.core.exercises import Wrong, checker, mesh_1d
 from tpviz.core.harness_report import moved, summary
+from tpviz.inference.mistakes import combine_mistake, decode_mistake
 from tpviz.inference.model import attend
 
 AXIS = "model"
@@ -104,6 +105,7 @@ HEADS = harness.Build(
         what="the [B, H] partial sums of W_O")],
     unavailable=ANSWERS,
     out_names=("the steps' output", "the keys' cache", "the values' cache"),
+    diagnose=decode_mistake,
     hint="Each device computes its own heads' queries, keys and values, writes its keys and "
          "values at pos, attends over its own cache, and multiplies by its rows of W_O: a "
          "partial sum of the output. Which collective adds the partial sums?",
@@ -125,14 +127,26 @@ def check_heads_decode(fn) -> str:
 # --- 14.6: the cross-device combine of a cache split along the sequence ------------------
 
 def _combine_inputs(s: dict, rng: np.random.Generator) -> tuple:
-    """Queries scaled so that the scores overflow a naive e^lse, a cache, and each sequence's
-    length: the first sequence fills the cache, the others end early (whole parts masked)."""
+    """Queries, a cache, and each sequence's length: the first sequence fills the cache, the
+    others end early (whole parts masked). Every score of a query is shifted by the same
+    SHIFT = 200 (each key has one unit along a direction u of its key/value head, the query
+    200·√d_h, and nothing else along u): e^lse overflows float32 unless the largest lse_i is
+    subtracted first, while the devices' lse_i stay within a few units of each other, so that
+    every part's weight counts."""
     b, n, m, d, length = s["B"], s["heads"], s["kv"], s["d"], s["S"]
-    q = (100 * rng.standard_normal((b, n, d))).astype(np.float32)
-    k, v = (rng.standard_normal((b, length, m, d)).astype(np.float32) for _ in range(2))
+    u = rng.standard_normal((b, m, d))
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)  # [B, n_kv, d_h], unit
+
+    def across(a, unit):  # a with no component along its unit vector
+        return a - (a * unit).sum(-1, keepdims=True) * unit
+
+    k = across(rng.standard_normal((b, length, m, d)), u[:, None]) + u[:, None]
+    mine = np.repeat(u, n // m, axis=1)  # [B, n_h, d_h]: each query head's u
+    q = across(rng.standard_normal((b, n, d)), mine) + 200 * np.sqrt(d) * mine
+    v = rng.standard_normal((b, length, m, d))
     ends = np.r_[length, rng.integers(1, length // 2, b - 1)]
     valid = np.arange(length)[None, :] < ends[:, None]
-    return q, k, v, valid
+    return q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), valid
 
 
 def _combine_program(answer, case):
@@ -162,8 +176,9 @@ COMBINE = harness.Build(
     program=_combine_program,
     unavailable=ANSWERS,
     out_names=("the combined output",),
-    hint="Weigh each device's o by e^(lse_i - lse), where lse = log Σ_i e^(lse_i); subtract "
-         "the largest lse_i before exponentiating.",
+    diagnose=combine_mistake,
+    hint="A part counts in proportion to its share of the whole softmax's denominator, which "
+         "its lse_i measures; and e^x of a score this large overflows.",
     praise="Flash-decoding across devices.", rtol=1e-4, atol=1e-5)
 
 

@@ -16,6 +16,7 @@ from tpviz.core.exercises import (
     expect_array,
     expect_bytes,
     is_stub,
+    shown,
 )
 from tpviz.core.notation import axes_of, parse
 from tpviz.errors import TpvizError
@@ -29,12 +30,12 @@ def check_bytes_per_device(answer) -> str:
     expected = layout.bytes_per_device(shape, "bf16", "A[I_X, J_Y]", mesh)
     elements = expected // 2
     if answer == elements:
-        raise Wrong(f"{answer:,} is the number of elements per device, not bytes.",
+        raise Wrong(f"{shown(answer)} is the number of elements per device, not bytes.",
                     "A bf16 element takes 2 bytes.")
     if answer == elements * 4:
-        raise Wrong(f"{answer:,} counts 4 bytes per element (float32).", "bf16 takes 2 bytes.")
+        raise Wrong(f"{shown(answer)} counts 4 bytes per element (float32).", "bf16 takes 2 bytes.")
     if answer == 4096 * 8192 * 2:
-        raise Wrong(f"{answer:,} bytes is the whole array.",
+        raise Wrong(f"{shown(answer)} bytes is the whole array.",
                     "Rows are split over X (2 ways) and columns over Y (4 ways).")
     expect_bytes(answer, expected, what="your answer",
                   hint="Divide each dimension by the size of its mesh axes, then multiply by "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tpviz.core import hardware as hw
@@ -28,17 +29,49 @@ def roofline(chip: str = "TPU v5e", dtype: str = "bf16",
     lg = np.log10
     ax.plot(lg(x), lg(np.minimum(peak, x * c.hbm_bandwidth)), color=OKABE_ITO[4], lw=2)
     ax.axvline(lg(ridge), color="grey", ls=":", lw=1)
-    ax.text(lg(ridge) + 0.05, lg(peak) - 1.5, f"ridge {ridge:,.0f} FLOPs/byte", fontsize=SMALL_PT)
-    for i, b in enumerate(batches):
+    bottom = int(lg(peak)) - 3
+    fixed = [ax.text(lg(ridge) + 0.05, lg(peak) - 1.5, f"ridge {ridge:,.0f} FLOPs/byte",
+                     fontsize=SMALL_PT),
+             ax.text(lg(ridge) - 0.05, bottom + 0.25, "← memory-bound", ha="right",
+                     fontsize=SMALL_PT),
+             ax.text(lg(ridge) + 0.05, bottom + 0.25, "compute-bound →", fontsize=SMALL_PT)]
+    labels = []
+    for i, b in enumerate(sorted(batches)):
         r = hw.roofline(c.name, 2 * b * d * f, size * (b * d + d * f + b * f), dtype)
-        ax.plot(lg(r.intensity), lg(r.flops / r.seconds), "o", color=OKABE_ITO[(i + 5) % 8])
-        ax.annotate(f"B={b}\n{r.bound}", (lg(r.intensity), lg(r.flops / r.seconds)),
-                    fontsize=SMALL_PT, xytext=(4, -22), textcoords="offset points")
+        point = (lg(r.intensity), lg(r.flops / r.seconds))
+        ax.plot(*point, "o", color=OKABE_ITO[(i + 5) % 8])
+        labels.append(ax.annotate(f"B={b}", point, fontsize=SMALL_PT,
+                                  textcoords="offset points", xytext=_SPOTS[0][0]))
     _powers(ax.xaxis, range(0, 5), "")
     _powers(ax.yaxis, range(int(lg(peak)) - 3, int(lg(peak)) + 2), "")
     ax.set(xlabel="arithmetic intensity (FLOPs per HBM byte)", ylabel="attainable FLOP/s",
-           title=f"{c.name} roofline, {dtype} (matmul D = F = {d:,})")
+           title=f"{c.name} roofline, {dtype} (matmul D = F = {d:,})",
+           ylim=(bottom, lg(peak) + 0.5))  # room for labels above the roof
+    _place(ax, labels, [*fixed, ax.title])
     return fig
+
+
+# where a point's label may go (offset in points, horizontal alignment), in order of preference
+_SPOTS = tuple(((dx, dy), "left" if dx > 0 else "right") for dy in (-14, 5, -28, 18)
+               for dx in (4, -4))
+
+
+def _place(ax, labels, fixed) -> None:
+    """Put each label at the first spot next to its point where it overlaps neither a label
+    already placed nor a ``fixed`` text, and stays inside the axes (the roofline's batches
+    can be a factor of 2 apart: a few pixels)."""
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    box = ax.get_window_extent(renderer)
+    taken = [t.get_window_extent(renderer) for t in fixed]
+    for label in labels:
+        for offset, align in _SPOTS:
+            label.xyann = offset
+            label.set_horizontalalignment(align)
+            b = label.get_window_extent(renderer)
+            inside = box.x0 <= b.x0 and b.x1 <= box.x1 and box.y0 <= b.y0 and b.y1 <= box.y1
+            if inside and not any(b.overlaps(t) for t in taken):
+                break
+        taken.append(label.get_window_extent(renderer))
 
 
 def _powers(axis, exponents, unit: str) -> None:

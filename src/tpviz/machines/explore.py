@@ -101,7 +101,7 @@ def render_roofline(chip: str = "TPU v5e", eight_bit: bool = False, batch: int =
     chip, batch = choice("chip", chip, CHIPS), integer("batch", batch, maximum=2**20)
     dtype, d = _dtype(chip, eight_bit), 8192
     size = 1 if dtype != "bf16" else 2
-    r = hw.roofline(chip, 2 * batch * d * d, size * (2 * batch * d + d * d))
+    r = hw.roofline(chip, 2 * batch * d * d, size * (2 * batch * d + d * d), dtype)
     rows = [("intensity", f"{r.intensity:,.0f} FLOPs/byte (ridge {r.ridge:,.0f})"),
             ("compute time", f"{r.compute_s * 1e6:,.1f} µs"),
             ("HBM time", f"{r.memory_s * 1e6:,.1f} µs"), ("bounded by", r.bound)]
@@ -122,7 +122,7 @@ def roofline_rows(chip: str, eight_bit: bool, batch: int) -> list[dict]:
     """The live roofline's rows: compute and HBM time of the matmul, and the bound."""
     dtype, d = _dtype(chip, eight_bit), 8192
     size = 1 if dtype != "bf16" else 2
-    r = hw.roofline(chip, 2 * batch * d * d, size * (2 * batch * d + d * d))
+    r = hw.roofline(chip, 2 * batch * d * d, size * (2 * batch * d + d * d), dtype)
     us = 1e6
     return bar_rows([("compute", r.compute_s * us, f"{r.compute_s * us:,.1f} µs",
                       r.bound == "compute"),

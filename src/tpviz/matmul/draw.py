@@ -25,7 +25,7 @@ def figure(p: MatmulPlan, *, system: SystemLike | None = None) -> Figure:
     system = None if system is None else cost.system(system)
     fig = column_figure(4.4)  # a fixed layout: constrained layout would double the time
     axes = fig.subplots(1, 3, width_ratios=[p.x_shape[1], p.w_shape[1], p.w_shape[1]],
-                        gridspec_kw={"left": 0.06, "right": 0.98, "top": 0.7, "bottom": 0.08,
+                        gridspec_kw={"left": 0.06, "right": 0.96, "top": 0.7, "bottom": 0.08,
                                      "wspace": 0.3})
     arrays = [("In", ("B", "D"), p.x_shape, p.x_spec), ("W1", ("D", "F"), p.w_shape, p.w_spec),
               ("Out", ("B", "F"), (p.x_shape[0], p.w_shape[1]), p.y_spec)]

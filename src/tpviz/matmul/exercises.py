@@ -5,21 +5,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
-from tpviz.core import build, compiled, cost, layout
+from tpviz.core import cost, harness, layout
 from tpviz.core.collectives import Collective
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
     as_number,
-    call,
     checker,
-    expect_array,
     expect_bytes,
     expect_number,
     is_stub,
-    mesh_1d,
 )
 from tpviz.errors import ShardingError, TpvizError
 from tpviz.matmul.plan import plan
@@ -38,49 +34,47 @@ def _case(x: str, w: str) -> int:
         return 4
 
 
-def _sharded_product(fn, x, w, want: PartitionSpec, kinds: dict, hint: str,
-                     because: dict[str, str] | None = None):
-    """Run the learner's program; check the values, the collectives and the output sharding.
+def _xw(s: dict, rng) -> tuple[np.ndarray, np.ndarray]:
+    return (rng.standard_normal((s["B"], s["D"]), dtype=np.float32),
+            rng.standard_normal((s["D"], s["F"]), dtype=np.float32))
 
-    ``because`` maps a collective kind the program should not hold to a specific message."""
-    y = call(fn, x, w, what="your program")
-    expect_array(y, np.asarray(x) @ np.asarray(w), what="the result", rtol=1e-4, atol=1e-3,
-                 hint=hint)
-    found = compiled.collectives(fn, x, w)
-    for kind, message in (because or {}).items():
-        if kind in found.kinds():
-            raise Wrong(message, hint)
-    if dict(found.kinds()) != kinds:
-        raise Wrong(f"the compiled program holds {dict(found.kinds()) or 'no collectives'}; "
-                    f"expected {kinds or 'none'}.", hint)
-    sharding = getattr(y, "sharding", None)
-    if not isinstance(sharding, NamedSharding) or not sharding.is_equivalent_to(
-            NamedSharding(sharding.mesh, want), y.ndim):
-        raise Wrong(f"the result is laid out as {getattr(sharding, 'spec', sharding)}; "
-                    f"expected {want}.", "Check out_specs.")
-    return found
+
+def _product(x, w):
+    return np.asarray(x) @ np.asarray(w)
+
+
+# Exercises 3.1 and 3.2: whole programs on the chapter's 8-device mesh; the checker's own
+# arrays at two sizes (not the notebook's [16, 32] · [32, 64])
+_WHOLE = dict(axes=("X",), per_device=False, manual=True, inputs=_xw, reference=_product,
+              cases=(((8,), {"B": 24, "D": 40, "F": 16}), ((8,), {"B": 8, "D": 16, "F": 72})),
+              unavailable=("tpviz.matmul.explicit", "tpviz.matmul.gspmd"), rtol=1e-4, atol=1e-3)
+COLUMN = harness.Build(
+    what="your program", layouts=("In[B, D]", "W1[D, F_X]"), out="Out[B, F_X]",
+    collectives=lambda case: [],
+    hint="Which operand does every device hold whole, and which is split by columns? Say so in "
+         "in_specs, and how Out comes back in out_specs.",
+    praise="Each device multiplied In by its own columns of W1.", **_WHOLE)
+SCATTER = harness.Build(
+    what="your program", layouts=("In[B, D_X]", "W1[D_X, F]"), out="Out[B, F_X]",
+    collectives=lambda case: [harness.Expect("reduce-scatter", case.sizes["B"] * case.sizes["F"]
+                                             * 4, ("X",), what="the partial product")],
+    hint="After the local product each device holds a partial sum of all of Out. Which "
+         "collective adds the partial sums and splits the result in one step, and along which "
+         "dimension of Out should it split?",
+    praise="The partial sums added and split in one step, half an all-reduce's bytes.", **_WHOLE)
 
 
 @checker("Column-parallel matmul")
 def check_column_parallel(fn, x, w) -> str:
-    """In[B, D] · W1[D, F_X] → Out[B, F_X] under shard_map, without communication."""
-    _sharded_product(fn, x, w, PartitionSpec(None, "X"), {},
-                     "Which operand does every device hold whole, and which is split by "
-                     "columns? Say so in in_specs, and say how Out comes back in out_specs.")
-    return "Each device computed its own columns of Out; nothing moved."
+    """In[B, D] · W1[D, F_X] → Out[B, F_X] under shard_map on the 8-device mesh, without
+    communication. ``x`` and ``w`` are the notebook's arrays: the check makes its own."""
+    return harness.grade(fn, COLUMN)
 
 
 @checker("Reduce-scatter matmul")
 def check_reduce_scatter(fn, x, w) -> str:
     """In[B, D_X] · W1[D_X, F] → Out[B, F_X] with a single reduce-scatter."""
-    hint = ("After the local product each device holds a partial sum of all of Out. Which "
-            "collective adds the partial sums and splits the result in one step, and along "
-            "which dimension of Out should it split?")
-    found = _sharded_product(
-        fn, x, w, PartitionSpec(None, "X"), {"reduce-scatter": 1}, hint,
-        because={"all-reduce": "your program all-reduces the whole partial product; each device "
-                               "then keeps only 1/N of it."})
-    return f"One reduce-scatter: {found[0].bytes:,} bytes per device, half of an all-reduce's work."
+    return harness.grade(fn, SCATTER)
 
 
 @checker("Bytes of an all-gather")
@@ -116,34 +110,25 @@ def check_cases(answers) -> str:
     return f"All {len(CASES)} right."
 
 
+FSDP = harness.Build(
+    what="your per-device matmul", layouts=("In[B_X, D]", "W1[D_X, F]"), out="Out[B_X, F]",
+    axes=("X",), inputs=_xw, reference=_product, rtol=1e-4, atol=1e-3,
+    cases=(((8,), {"B": 16, "D": 32, "F": 24}), ((8,), {"B": 24, "D": 16, "F": 40}),
+           ((4,), {"B": 8, "D": 32, "F": 24})),
+    collectives=lambda case: [harness.Expect("all-gather", case.nbytes("W1"), ("X",),
+                                             what="W1")],
+    unavailable=("tpviz.matmul.explicit", "tpviz.matmul.gspmd"),
+    hint="Each device has its own rows of In but only 1/N of the rows of W1 (of D). Which operand "
+         "must it complete before multiplying, and along which dimension?",
+    praise="Case 2, as FSDP runs it for every layer.")
+
+
 @checker("FSDP's matmul: case 2")
 def check_fsdp_matmul(fn) -> str:
-    """``fn(x_rows, w_rows)`` per device on 8 devices along "X": In[B_X, D] · W1[D_X, F] →
-    Out[B_X, F]. The compiled program should hold one all-gather of W1 along D, nothing else."""
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((16, 32), dtype=np.float32)
-    w = rng.standard_normal((32, 24), dtype=np.float32)
-    mesh = mesh_1d(8, "X")
-    rows = PartitionSpec("X", None)
-    ran = build.run(fn, mesh, (rows, rows), rows, x, w,
-                    what="your per-device matmul")
-    hint = ("Each device has its own rows of In but only 1/8 of the rows of W1 (of D). Which "
-            "operand must it complete before multiplying, and along which dimension?")
-    expect_array(ran.out, x @ w, what="the result", rtol=1e-4, atol=1e-3, hint=hint)
-    found = build.moving(ran.program, mesh)
-    gathers = [c for c, _ in found if c.kind == "all-gather"]
-    if any(c.full_bytes == x.nbytes for c in gathers):
-        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}: it "
-                    "gathers In as well, though each device already holds all it needs of "
-                    "In (its own rows, all of D); only the operand split along D must move.", hint)
-    if build.kinds(found) != {"all-gather": 1}:
-        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; "
-                    "case 2 needs exactly one all-gather.", hint)
-    if gathers[0].full_bytes != w.nbytes:
-        raise Wrong(f"right values, but the all-gather moves {gathers[0].full_bytes:,} bytes, "
-                    f"not W1's {w.nbytes:,}.", hint)
-    return (f"One all-gather of W1 ({w.nbytes:,} bytes) along X: the case 2 that FSDP runs for "
-            "every layer.")
+    """``fn(x_rows, w_rows)`` per device along "X": In[B_X, D] · W1[D_X, F] → Out[B_X, F], on 8
+    and 4 devices at several sizes; the compiled program holds one all-gather of W1 along D,
+    nothing else."""
+    return harness.grade(fn, FSDP)
 
 
 @checker("Where latency and bandwidth cost the same")

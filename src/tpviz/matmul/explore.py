@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import jax.numpy as jnp
 from matplotlib.figure import Figure
 
@@ -29,7 +31,12 @@ def render_matmul(mesh: str, x: str, w: str, b: int, d: int, f: int, system: str
                                 jnp.zeros((d, f), jnp.bfloat16))
         text = "; ".join(f"{c.kind} {c.dtype}{list(c.shape)} ({c.bytes:,} bytes) over "
                          f"{c.group_size} devices" for c in found) or "no collectives"
-        fig.text(0.5, 0.01, f"compiled shard_map program: {text}", fontsize=9, ha="center")
+        lines = textwrap.wrap(f"compiled shard_map program: {text}", 110)  # inside the image
+        # under the arrays' tick labels
+        fig.axes[0].get_gridspec().update(bottom=0.1 + 0.035 * len(lines))
+        for ax in fig.axes:
+            ax.set_position(ax.get_subplotspec().get_position(fig))
+        fig.text(0.5, 0.01, "\n".join(lines), fontsize=9, ha="center")
     return fig
 
 

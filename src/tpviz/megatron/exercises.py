@@ -7,17 +7,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import build, cost
+from tpviz.core import cost, harness
 from tpviz.core.exercises import (
     NotAttempted,
     Wrong,
     as_number,
     checker,
-    expect_array,
     expect_bytes,
     expect_number,
     is_stub,
-    mesh_1d,
 )
 from tpviz.megatron.plan import plan
 
@@ -25,128 +23,138 @@ AXIS = "model"
 DEVICES = 4
 
 
-def _data(seed: int = 0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((8, 16), dtype=np.float32)
-    target = rng.standard_normal((8, 16), dtype=np.float32)
-    a = (rng.standard_normal((16, 32)) / 4).astype(np.float32)
-    b = (rng.standard_normal((32, 16)) / 6).astype(np.float32)
-    return x, target, a, b
+# the library's layers and operators: each solves part of this chapter's builds
+LAYERS = ("tpviz.megatron.row_parallel", "tpviz.megatron.column_parallel", "tpviz.megatron.mlp",
+          "tpviz.megatron.block", "tpviz.megatron.attention", "tpviz.megatron.forward",
+          "tpviz.megatron.train_step", "tpviz.megatron.copy_to_tp_region",
+          "tpviz.megatron.reduce_from_tp_region")
+MODEL = ("model",)
+
+
+def _mlp_inputs(s: dict, rng) -> tuple:
+    t, h, f = s["T"], s["H"], s["F"]
+    return (rng.standard_normal((t, h), dtype=np.float32),
+            rng.standard_normal((t, h), dtype=np.float32),
+            (rng.standard_normal((h, f)) / 4).astype(np.float32),
+            (rng.standard_normal((f, h)) / 6).astype(np.float32))
 
 
 def _loss(x, target, a, b, f, g):
     return jnp.mean((g(jax.nn.gelu(f(x) @ a) @ b) - target) ** 2)
 
 
-def _mlp_step(f, g):
-    def per_device(x, target, a, b):
-        return jax.value_and_grad(_loss, argnums=(0, 2, 3))(x, target, a, b, f, g)
+def _grads(x, target, a, b, f=lambda v: v, g=lambda v: v):
+    return jax.value_and_grad(_loss, argnums=(0, 2, 3))(x, target, a, b, f, g)
 
-    return jax.shard_map(per_device, mesh=mesh_1d(DEVICES, AXIS),
+
+def _mlp_step(answer, case):
+    f, g = answer
+    if not (callable(f) and callable(g)):
+        raise Wrong("f and g should both be functions.", "Define them with @jax.custom_vjp.")
+    return jax.shard_map(lambda *args: _grads(*args, f=f, g=g), mesh=case.mesh,
                          in_specs=(P(), P(), P(None, AXIS), P(AXIS, None)),
                          out_specs=(P(), (P(), P(None, AXIS), P(AXIS, None))), check_vma=False)
+
+
+def _conjugate_mistakes(case, got, want) -> str | None:
+    (loss, (gx, ga, gb)), (ref_loss, (rx, ra, rb)) = got, want
+    n = case.n
+    if not np.allclose(loss, ref_loss, rtol=1e-4):
+        return "the forward pass is wrong: the loss differs from one device's."
+    if np.allclose(ga, n * np.asarray(ra), rtol=1e-3) and np.allclose(gb, n * np.asarray(rb),
+                                                                       rtol=1e-3):
+        return (f"the weight gradients are {n}x too large: a gradient that every device already "
+                "holds in full is added over the devices in the backward pass.")
+    if np.allclose(ga, ra, rtol=1e-4, atol=1e-5) and not np.allclose(gx, rx, rtol=1e-3,
+                                                                       atol=1e-5):
+        parts = [np.asarray(s.data) for s in getattr(gx, "addressable_shards", ())]
+        if parts and np.allclose(sum(parts), rx, rtol=1e-3, atol=1e-5):
+            return ("the gradient of In is wrong: each device holds only its part of it, and "
+                    "the parts are never added.")
+        ratio = float(np.vdot(gx, rx) / np.vdot(rx, rx))
+        if np.allclose(gx, ratio * np.asarray(rx), rtol=1e-3, atol=1e-5):
+            return (f"the gradient of In is {ratio:.3g} times what it should be, on "
+                    f"{n} devices: the devices' parts are added, then scaled.")
+        return "the gradient of In is wrong, and the weight gradients are right."
+    return None
+
+
+CONJUGATES = harness.Build(
+    what="the MLP built with your f and g", layouts=(
+        "In[T, H]", "Target[T, H]", "W1[H, F_{model}]", "W2[F_{model}, H]"),
+    out=None, axes=MODEL, program=_mlp_step, inputs=_mlp_inputs, reference=_grads,
+    cases=(((4,), {"T": 8, "H": 16, "F": 32}), ((2,), {"T": 6, "H": 8, "F": 24})),
+    out_names=("the loss", "the gradient of In", "the gradient of W1", "the gradient of W2"),
+    diagnose=_conjugate_mistakes,
+    collectives=lambda case: [harness.Expect("all-reduce", case.nbytes("In"), MODEL, count=2,
+                                             what="one [T, H] activation")],
+    unavailable=LAYERS,
+    hint="Go through the table of f and g direction by direction: which of the four needs an "
+         "all-reduce over 'model', and which must leave the value (or the gradient) as it is?",
+    praise="Loss and gradients exact, with Megatron's two all-reduces per step (g forward, f "
+           "backward).", rtol=1e-4, atol=1e-5)
 
 
 @checker("The conjugate operators f and g")
 def check_conjugates(f, g) -> str:
     """``f(x)`` and ``g(x)`` for the mesh axis "model", used in a Megatron MLP whose loss and
-    gradients are computed per device inside ``shard_map(check_vma=False)``: values against one
-    device, then the all-reduces of the compiled training step (exactly two of [T, H])."""
-    x, target, a, b = _data()
-    if not (callable(f) and callable(g)):
-        raise Wrong("f and g should both be functions.", "Define them with @jax.custom_vjp.")
-    ran = build.run(_mlp_step(f, g), None, None, None, x, target, a, b,
-                    what="the MLP built with your f and g")
-    loss, (gx, ga, gb) = ran.out
-    ref_loss, (rx, ra, rb) = jax.value_and_grad(_loss, argnums=(0, 2, 3))(
-        x, target, a, b, lambda v: v, lambda v: v)
-    hint = ("Go through the table of f and g direction by direction: which of the four "
-            "needs jax.lax.psum over 'model'? Define both with jax.custom_vjp.")
-    if not np.allclose(loss, ref_loss, rtol=1e-4):
-        raise Wrong("the forward pass is wrong: the loss differs from one device's.",
-                    "g's forward must add the partial sums of the devices (an all-reduce).")
-    if np.allclose(ga, DEVICES * ra, rtol=1e-3) and np.allclose(gb, DEVICES * rb, rtol=1e-3):
-        raise Wrong(f"the weight gradients are {DEVICES}x too large: g's backward all-reduces "
-                    "a gradient that every device already holds in full.",
-                    "g's backward should pass the gradient through unchanged.")
-    expect_array(ga, ra, what="the gradient of W1", rtol=1e-4, atol=1e-5, hint=hint)
-    expect_array(gb, rb, what="the gradient of W2", rtol=1e-4, atol=1e-5, hint=hint)
-    expect_array(gx, rx, what="the gradient of In", rtol=1e-4, atol=1e-5,
-                 hint="Each device holds only its part of the gradient of In: f's backward must "
-                      "all-reduce it.")
-    found = build.moving(ran.program)
-    counts = build.kinds(found)
-    tokens_hidden = x.size * x.dtype.itemsize  # one [T, H] float32 array
-    if counts.get("all-reduce", 0) > 2:
-        raise Wrong(f"right values, but the compiled step holds {counts['all-reduce']} "
-                    "all-reduces instead of 2: an extra all-reduce in the backward (a gradient "
-                    "every device already holds is summed, then scaled back).",
-                    "A backward that is already whole needs no communication at all.")
-    others = {k: v for k, v in counts.items() if k != "all-reduce"}
-    if others or counts.get("all-reduce", 0) != 2:
-        raise Wrong(f"right values, but the compiled step holds {build.summary(found)}; "
-                    "Megatron's needs exactly 2 all-reduces (g forward, f backward).", hint)
-    sizes = sorted(c.bytes for c, _ in found)
-    if sizes != [tokens_hidden, tokens_hidden]:
-        raise Wrong(f"right values, but the all-reduces move {sizes} bytes; each should be one "
-                    f"[T, H] activation of {tokens_hidden:,} bytes.", hint)
-    return f"Loss and gradients exact, with 2 all-reduces of {tokens_hidden:,} bytes per step."
+    gradients are computed per device inside ``shard_map(check_vma=False)``, on 4 and 2 devices
+    at several sizes: values against one device, then the all-reduces of the compiled training
+    step (exactly two of [T, H])."""
+    return harness.grade((f, g), CONJUGATES)
+
+
+ROW = harness.Build(
+    what="your row-parallel layer", layouts=("Tmp[T, F]", "W2[F_{model}, H]"), out="Out[T, H]",
+    axes=MODEL, inputs=lambda s, rng: (
+        np.asarray(jax.nn.gelu(rng.standard_normal((s["T"], s["F"]), dtype=np.float32))),
+        (rng.standard_normal((s["F"], s["H"])) / 6).astype(np.float32)),
+    reference=lambda tmp, w2: np.asarray(tmp) @ np.asarray(w2),
+    cases=(((4,), {"T": 8, "F": 32, "H": 16}), ((4,), {"T": 6, "F": 48, "H": 8}),
+           ((2,), {"T": 8, "F": 32, "H": 16})),
+    collectives=lambda case: [harness.Expect(
+        "all-reduce", case.sizes["T"] * case.sizes["H"] * 4, MODEL, what="the [T, H] output")],
+    unavailable=LAYERS,
+    hint="Device i holds rows of W2: which columns of Tmp meet exactly those rows in the "
+         "product? Each device's product is then a partial sum: which collective adds them?",
+    praise="Each device multiplied the columns of Tmp that meet its rows of W2, and one "
+           "all-reduce added the partial sums.", rtol=1e-4, atol=1e-4)
 
 
 @checker("Row-parallel linear layer")
 def check_row_parallel(fn) -> str:
-    """``fn(h_block, w_block)`` per device: tmp[T, F/N] @ w2[F/N, H], summed over the devices;
-    one all-reduce of the [T, H] output in the compiled program."""
-    x, _, a, b = _data(1)
-    h = np.asarray(jax.nn.gelu(x @ a))
-    hint = "Each device's product is a partial sum: which collective adds them over 'model'?"
-    ran = build.run(fn, mesh_1d(DEVICES, AXIS), (P(None, AXIS), P(AXIS, None)), P(), h, b,
-                    what="your row-parallel layer")
-    y = ran.out
-    if y.shape == (8, 16) and np.allclose(y, h[:, :8] @ b[:8], rtol=1e-4, atol=1e-5):
-        raise Wrong("the result is one device's partial sum: the other devices' parts are missing.",
-                    hint)
-    expect_array(y, h @ b, what="the result", rtol=1e-4, atol=1e-4, hint=hint)
-    found = build.moving(ran.program)
-    if build.kinds(found) != {"all-reduce": 1}:
-        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; a "
-                    "row-parallel layer needs exactly one all-reduce of its output.", hint)
-    if found[0][0].bytes != y.nbytes:
-        raise Wrong(f"right values, but the all-reduce moves {found[0][0].bytes:,} bytes, not "
-                    f"the [T, H] output's {y.nbytes:,}: reduce the product, not its inputs.",
-                    hint)
-    return "One all-reduce of the [T, H] output: the g of Megatron."
+    """``fn(tmp, w2)`` per device: tmp the whole Tmp[T, F] (Megatron's input_is_parallel=False),
+    w2 this device's rows [F/N, H]; returns the whole Tmp W2 on every device, with one
+    all-reduce of the [T, H] output; on 4 and 2 devices at several sizes."""
+    return harness.grade(fn, ROW)
+
+
+SEQUENCE = harness.Build(
+    what="your sequence-parallel MLP",
+    layouts=("In[T_{model}, H]", "W1[H, F_{model}]", "W2[F_{model}, H]"),
+    out="Out[T_{model}, H]", axes=MODEL,
+    inputs=lambda s, rng: tuple(a for i, a in enumerate(_mlp_inputs(s, rng)) if i != 1),
+    reference=lambda x, a, b: jax.nn.gelu(x @ a) @ b,
+    cases=(((4,), {"T": 8, "H": 16, "F": 32}), ((4,), {"T": 12, "H": 8, "F": 16}),
+           ((2,), {"T": 8, "H": 16, "F": 32})),
+    collectives=lambda case: [
+        harness.Expect("all-gather", case.nbytes("In"), MODEL, what="the [T, H] input"),
+        harness.Expect("reduce-scatter", case.nbytes("In"), MODEL,
+                       what="the [T, H] output")],
+    unavailable=LAYERS,
+    hint="Before the column-parallel matmul each device needs all the tokens; after the "
+         "row-parallel one it needs the sum for its own tokens only.",
+    praise="The same bytes as Megatron's all-reduce, with the activations outside the block "
+           "split by N.", rtol=1e-4, atol=1e-4)
 
 
 @checker("Sequence-parallel MLP")
 def check_sequence_parallel(fn) -> str:
     """``fn(x, w1, w2)`` per device: x is this device's [T/N, H] slice of the tokens, w1 its
-    columns [H, F/N], w2 its rows [F/N, H]; returns its [T/N, H] slice of GeLU(x W1) W2. The
-    compiled forward holds one all-gather of x and one reduce-scatter of the output."""
-    x, _, a, b = _data(2)
-    t, hidden = x.shape
-    ran = build.run(fn, mesh_1d(DEVICES, AXIS), (P(AXIS, None), P(None, AXIS), P(AXIS, None)),
-                    P(AXIS, None), x, a, b, what="your sequence-parallel MLP")
-    hint = ("Before the column-parallel matmul each device needs all the tokens; after the "
-            "row-parallel one it needs the sum for its own tokens only.")
-    expect_array(ran.out, jax.nn.gelu(x @ a) @ b, what="the output", rtol=1e-4, atol=1e-4,
-                 hint=hint)
-    found = build.moving(ran.program)
-    counts = build.kinds(found)
-    full = t * hidden * x.dtype.itemsize  # one whole [T, H] activation
-    if counts.get("all-reduce"):
-        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}: an "
-                    "all-reduce sends twice the bytes of the reduce-scatter the plan needs.",
-                    hint)
-    if any(c.kind == "all-gather" and c.full_bytes != full for c, _ in found):
-        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}: it "
-                    "gathers something other than the [T, H] activations (the weights stay "
-                    "split in tensor parallelism).", hint)
-    if counts != {"all-gather": 1, "reduce-scatter": 1}:
-        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; "
-                    "the plan is one all-gather and one reduce-scatter.", hint)
-    return (f"One all-gather and one reduce-scatter of {full:,} bytes: the same bytes as "
-            "Megatron's all-reduce, with the activations outside the block split by N.")
+    columns [H, F/N], w2 its rows [F/N, H]; returns its [T/N, H] slice of GeLU(x W1) W2. On 4
+    and 2 devices at several sizes, the compiled forward holds exactly one all-gather of the
+    tokens and one reduce-scatter of the output, each of the [T, H] bytes."""
+    return harness.grade(fn, SEQUENCE)
 
 
 @checker("All-reduces per training step")
@@ -206,7 +214,7 @@ def check_tp_bytes(answer) -> str:
 
 
 TP_DESIGN = dict(hidden=5120, heads=40, layers=40, tokens=8 * 2048, sequence=2048,
-                 system="H100 (NVLink)", memory=10e9, ratio=0.5)
+                 system="H100 (NVLink)", memory=16e9, ratio=0.5)
 
 
 def tp_design(n: int) -> tuple[int, float]:
@@ -222,7 +230,7 @@ def tp_design(n: int) -> tuple[int, float]:
 @checker("Design: choose a tensor-parallel degree")
 def check_tp_degree(n, weight_bytes, comm_percent) -> str:
     """GPT-3 13B (H = 5120, F = 4H, 40 heads, 40 layers), 8 × 2048 tokens per step, bf16 weights,
-    one 8-GPU H100 NVLink node: the N with at most 10 GB of weights per device and communication
+    one 8-GPU H100 NVLink node: an N with at most 16 GB of weights per device and communication
     at most half the compute time; report the weight bytes per device and the communication
     time as a percentage of the compute time."""
     if any(is_stub(v) for v in (n, weight_bytes, comm_percent)):
@@ -237,10 +245,11 @@ def check_tp_degree(n, weight_bytes, comm_percent) -> str:
                   hint="Compute: the plan's training FLOPs / R. Communication: 4 ring "
                        "all-reduces of B·S·H bf16 values / W.")
     if held > TP_DESIGN["memory"]:
-        raise Wrong(f"N = {n}: {held / 1e9:.1f} GB of weights per device, over 10 GB.",
+        raise Wrong(f"N = {n}: {held / 1e9:.1f} GB of weights per device, over 16 GB.",
                     "More devices divide the weights further.")
     if ratio > TP_DESIGN["ratio"]:
         raise Wrong(f"N = {n}: communication is {ratio:.0%} of compute, over 50 %.",
                     "Compute per device shrinks with N; the all-reduces do not.")
     return (f"N = {n}: {held / 1e9:.1f} GB of weights per device, communication {ratio:.0%} of "
-            "compute. The smallest N that fits is also the one that communicates least.")
+            "compute: both rules hold. Of the degrees that satisfy them, the smaller leaves more "
+            "memory used and less time communicating; the larger, the reverse.")

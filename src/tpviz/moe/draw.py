@@ -95,7 +95,7 @@ def load(r: Routing, devices: Devices, title: str = "", ax: Axes | None = None) 
     if ax is None:
         fig = column_figure(2.4, 6.4)
         ax = fig.subplots()
-        fig.subplots_adjust(left=0.09, right=0.98, top=0.86, bottom=0.18)
+        fig.subplots_adjust(left=0.1, right=0.98, top=0.86, bottom=0.18)
     left = np.arange(e) - 0.4  # one collection per kind of bar: fast to build and draw
     colours = [c for c in palette(devices) for _ in range(e // devices)]  # by holder
     ax.add_collection(PolyCollection(_bars(left, 0 * kept, kept), facecolors=colours))

@@ -32,7 +32,8 @@ def gantt(t: Timeline, ax: Axes | None = None, title: str | None = None,
         height = (0.45 if s.stages <= 8 else 0.25) * s.stages + 1.3
         fig = column_figure(height, 10)
         ax = fig.subplots()
-        fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / height, bottom=0.55 / height)
+        # right: the last time tick's label is centred on the axes' end and must fit the image
+        fig.subplots_adjust(left=0.07, right=0.97, top=1 - 0.45 / height, bottom=0.55 / height)
     base = np.array([to_rgb(c) for c in palette(s.microbatches)])
     shades = {"F": base, "B": base + (1 - base) * 0.55, "W": base * 0.6}
     shades["BW"] = shades["B"]
@@ -129,11 +130,13 @@ def memory(t: Timeline, ax: Axes | None = None) -> Figure:
     ax.set_xlim(0, t.makespan)
     ax.set_xlabel("time")
     ax.set_ylabel("activations held\n(microbatches)")
-    if t.schedule.stages <= 8:
-        ax.legend(loc="upper right", fontsize=SMALL_PT, ncols=min(4, t.schedule.stages))
-    ax.set_title(f"{t.schedule.name}: peak per device {list(t.peak_activations)}",
-            fontsize=TITLE_PT,
-                 loc="left")
+    if t.schedule.stages <= 8:  # beside the plot, never over a device's line
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=SMALL_PT, frameon=False,
+                  handlelength=1.2)
+    peak = list(t.peak_activations)
+    held = (f"peak per device {peak}" if len(peak) <= 8 else
+            f"peak {peak[0]} on D0 … {peak[-1]} on D{len(peak) - 1}")
+    ax.set_title(f"{t.schedule.name}: {held}", fontsize=TITLE_PT, loc="left")
     return ax.figure
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 from matplotlib.colors import to_hex, to_rgb
@@ -19,6 +20,8 @@ from tpviz.pipeline.plan import NAMES, schedule
 from tpviz.pipeline.simulate import simulate
 
 DRAWN_OPS = 16_384  # forward ops a redraw draws (with their backwards): a few hundred ms
+#: characters of the footer's lines: 9-pt text across the image (6.8 in) without being cut
+FOOTER_CHARS = 88
 
 
 def render_pipeline(name: str, stages: int, microbatches: int, chunks: int,
@@ -36,12 +39,14 @@ def render_pipeline(name: str, stages: int, microbatches: int, chunks: int,
         expected_text = f"{expected:.2%} (assumes t_F = t_B = t_W)"
     else:
         expected_text = f"{expected:.2%}"
-    height = fig.get_figheight() + 0.3  # room for one more line below the chart
+    lines = (textwrap.wrap(f"bubble: simulated {t.bubble_fraction:.2%}, formula {formula} = "
+                           f"{expected_text}", FOOTER_CHARS)
+             + textwrap.wrap(f"peak activations held (microbatches × chunks): first device "
+                             f"{peak[0]}, last {peak[-1]}", FOOTER_CHARS))
+    height = fig.get_figheight() + 0.16 * len(lines)  # room for the lines below the chart
     fig.set_figheight(height)
-    fig.subplots_adjust(bottom=0.85 / height, top=1 - 0.45 / height)
-    fig.text(0.07, 0.01, f"bubble: simulated {t.bubble_fraction:.2%}, formula {formula} = "
-             f"{expected_text}   ·   peak activations held (microbatches × chunks): first device "
-             f"{peak[0]}, last {peak[-1]}", fontsize=9, va="bottom")
+    fig.subplots_adjust(bottom=(0.55 + 0.16 * len(lines)) / height, top=1 - 0.45 / height)
+    fig.text(0.07, 0.01, "\n".join(lines), fontsize=9, va="bottom")
     return fig
 
 

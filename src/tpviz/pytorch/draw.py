@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from tpviz.core.figures import SMALL_PT, figure, palette, text_colour
+from tpviz.pipeline.bubbles import bubble_formula
 from tpviz.pipeline.draw import IDLE
-from tpviz.pipeline.simulate import bubble_formula
 from tpviz.pytorch.plan import Comparison, bubble
 
 

@@ -94,14 +94,17 @@ def sweep(rank: int, world: int, sizes: tuple = (64, 32, 16, 8, 4), repeats: int
     """Time one training step (forward and backward) of the whole model on rank 0 alone and of
     the split model at each ``split_size`` in ``sizes``, ``repeats`` times, each repetition with
     its own seed (0, 1, ...) after one repetition that is not timed (first calls are slow).
-    Settings alternate inside a repetition, so a load that comes and goes touches them all.
+    Settings alternate inside a repetition, each repetition starting one setting later, so a
+    load that comes and goes touches them all and no setting always runs first.
 
-    Returns, on each rank: ``wall[setting]`` (seconds from a barrier to a barrier, one per
-    repetition; the setting ``"one process"`` or a split size), ``cpu[setting]`` (this
-    process's CPU seconds: compute, and sends and receives, which gloo polls for a while before
-    it sleeps), ``spans[size]`` (every op's recorded start and end, for the measured bubble) and
-    ``error[size]`` (the untimed repetition's largest relative gradient error against one
-    process, on this rank's half)."""
+    Returns, on each rank: ``wall[setting]`` (seconds from leaving a barrier to the end of this
+    rank's own work, one per repetition; on rank 0 that is the step, its last backward being
+    the step's last op; the setting ``"one process"`` or a split size), ``cpu[setting]`` (this
+    process's CPU seconds over the same span: compute, and sends and receives, which gloo polls
+    for a while before it sleeps), ``spans[size]`` (every op's recorded start and end, for the
+    measured bubble) and ``error[size]`` (the untimed repetition's largest relative gradient
+    error against one process, on this rank's half). The barrier that closes a step is not
+    timed: waking the processes up from it is no part of the step."""
     wall: dict = {}
     cpu: dict = {}
     idle: dict = {}
@@ -111,7 +114,9 @@ def sweep(rank: int, world: int, sizes: tuple = (64, 32, 16, 8, 4), repeats: int
         net = mlp(seed, width, depth)
         x, y = batch(seed, size, width)
         part = half(net, rank)
-        for setting in ("one process", *sizes):
+        settings = ("one process", *sizes)
+        turn = rep % len(settings)  # repetition 0 (untimed) runs "one process" first
+        for setting in settings[turn:] + settings[:turn]:
             for p in net.parameters():
                 p.grad = None
             dist.barrier()
@@ -121,8 +126,8 @@ def sweep(rank: int, world: int, sizes: tuple = (64, 32, 16, 8, 4), repeats: int
                     nn.functional.mse_loss(net(x), y).backward()
             else:
                 spans, _ = step(rank, part, x, y, setting)
-            dist.barrier()
             t1, c1 = time.perf_counter(), time.process_time()
+            dist.barrier()
             if rep == 0:  # untimed: check the values instead
                 if setting == "one process":
                     if rank == 1:

@@ -24,7 +24,7 @@ def memory_bars(plans: Sequence[Plan], names: Sequence[str] | None = None) -> Fi
     names = list(names or [p.label() for p in plans])
     fig = column_figure(2.6, 7)
     left, right = fig.subplots(1, 2)
-    fig.subplots_adjust(left=0.08, right=0.99, top=0.9, bottom=0.1, wspace=0.25)
+    fig.subplots_adjust(left=0.095, right=0.99, top=0.9, bottom=0.1, wspace=0.25)
     x = range(len(plans))
     for ax, parts, colours, unit in ((left, CATEGORIES, COLOURS, 1e9),
                                      (right, TIME, TIME_COLOURS, 1.0)):
@@ -34,8 +34,11 @@ def memory_bars(plans: Sequence[Plan], names: Sequence[str] | None = None) -> Fi
             ax.bar(x, values, bottom=base, color=colours[part], label=part, width=0.6)
             base = [b + v for b, v in zip(base, values, strict=True)]
         ax.set_xticks(list(x), names, fontsize=SMALL_PT)
-        ax.legend(fontsize=SMALL_PT, loc="upper left", frameon=False, ncol=3, handlelength=1)
-        ax.set_ylim(0, max(base + ([plans[0].cluster.memory / unit] if ax is left else [])) * 1.45)
+        # the step time's five parts in two columns: in three they ran off the image
+        ax.legend(fontsize=SMALL_PT, loc="upper left", frameon=False,
+                  ncol=3 if ax is left else 2, handlelength=1, columnspacing=0.8)
+        ax.set_ylim(0, max(base + ([plans[0].cluster.memory / unit] if ax is left else []))
+                    * (1.45 if ax is left else 1.7))
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
     left.axhline(plans[0].cluster.memory / 1e9, color="black", linestyle="--", linewidth=1)

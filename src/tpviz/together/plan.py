@@ -22,9 +22,14 @@ global batch B sequences, microbatch b and m = B/(d·b) microbatches per pipelin
 
 Context parallelism (``context`` = c > 1, chapter 9): ring attention splits each sequence over c
 devices between the tensor and pipeline axes (stride t). Each device keeps the activations and
-does the work of s/c tokens; the keys and values go round the ring, c - 1 permutes per layer and
-pass, of which only what one block's attention does not hide is exposed; the c devices hold the
-same weights, so the gradients (and ZeRO's sharding) span d·c devices.
+does the work of s/c tokens, except that without recomputation it keeps the scores of its s/c
+queries against all s keys (every block's), c times Korthikanti's term at s/c tokens. The keys
+and values go round the ring, c - 1 permutes per layer and forward pass (the recomputed one
+included); the backward sends the gradients of the keys and values, c - 1 permutes when every
+block's scores were kept (no recomputation), else (Liu et al.'s backward, which recomputes each
+block) the keys and values again beside their gradients, 2c - 1 permutes. Of each permute only
+what one block's attention does not hide is exposed; the c devices hold the same weights, so
+the gradients (and ZeRO's sharding) span d·c devices.
 
 Compute runs at ``efficiency`` × peak, an assumption (large bf16 matmuls reach about that); the
 model has no penalty for small matmuls, no overlap of communication and no interleaving.
@@ -185,6 +190,9 @@ def plan(model: Model | str, cluster: Cluster | str, t: Devices, p: Devices, d: 
     stage_params = (L * model.layer_params + embedding) / t
     states = zero_plan.memory(stage_params, d * c, zero_stage)
     act = activation_bytes(s, b, h, model.heads, t, sequence_parallel, recompute)
+    if recompute == "none":  # every block's scores: s/c queries against all c·(s/c) keys
+        act += (c - 1) * (act - activation_bytes(s, b, h, model.heads, t, sequence_parallel,
+                                                 "selective"))
     working = (activation_bytes(s, b, h, model.heads, t, sequence_parallel) - act
                if recompute != "none" else 0.0)
     memory = {"params": states.params, "grads": states.grads, "optimizer": states.optimizer,
@@ -206,7 +214,7 @@ def plan(model: Model | str, cluster: Cluster | str, t: Devices, p: Devices, d: 
                                  what="activations forward, their gradients backward")] * 2
                      if p > 1 else [])
     tp_s, pp_s = seconds(cluster, tp, 1), seconds(cluster, pp, t * c)
-    cp, cp_s = _context(cluster, s, b, h, t, c, L * passes, eff)
+    cp, cp_s = _context(cluster, s, b, h, t, c, L, passes - 1, recompute != "none", eff)
     dp = _data_collectives(stage_params, d * c, zero_stage, m)
     dp_s = seconds(cluster, dp, t * p if c == 1 else t)  # with CP: d·c replicas, t apart
     fraction, _ = bubble_formula("1f1b", p, m)
@@ -220,18 +228,21 @@ def plan(model: Model | str, cluster: Cluster | str, t: Devices, p: Devices, d: 
                 bubble_s=busy * fraction / (1 - fraction), collectives=collectives, context=c)
 
 
-def _context(cluster: Cluster, s: int, b: int, h: int, t: int, c: int, layers_passes: int,
-             efficiency: float) -> tuple[Collectives, float]:
-    """Ring attention over c devices (stride t): per layer and pass, c - 1 permutes of the
-    keys and values [2, s/c, b, h/t] (bf16); exposed: what one block's attention
-    (4·b·(s/c)²·h/t FLOPs, as the compute counts it: no causal saving) does not hide."""
+def _context(cluster: Cluster, s: int, b: int, h: int, t: int, c: int, layers: int,
+             forwards: int, recompute: bool, efficiency: float) -> tuple[Collectives, float]:
+    """Ring attention over c devices (stride t), per layer: c - 1 permutes of the keys and
+    values [2, s/c, b, h/t] (bf16) per forward pass (``forwards``: 1, or 2 with the recomputed
+    one); backward, 2c - 1 (``recompute``: blocks and their gradients) or c - 1 (gradients
+    only). Exposed: what one block's attention (4·b·(s/c)²·h/t FLOPs, as the compute counts
+    it: no causal saving) does not hide, per permute."""
     if c == 1:
         return Collectives(), 0.0
     one = Collective("collective-permute", 2 * 2 * s * b * h // t, c, axes=("context",),
-                     what="keys and values round the ring")
+                     what="keys and values (or their gradients) round the ring")
     block_s = 4 * b * s * s * h / t / (cluster.system.flops * efficiency)
     step_s = max(0.0, seconds(cluster, Collectives([one]), t) - block_s)
-    return Collectives([one] * ((c - 1) * layers_passes)), step_s * (c - 1) * layers_passes
+    count = layers * (forwards * (c - 1) + (2 * c - 1 if recompute else c - 1))
+    return Collectives([one] * count), step_s * count
 
 
 def _data_collectives(params: float, d: int, stage: int, m: int) -> Collectives:

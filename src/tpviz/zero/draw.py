@@ -62,7 +62,7 @@ def memory_bars(params: Amount, devices: Devices, *, capacity: Rate | None = 80e
     if ax is None:
         fig = column_figure(3.6, 8)  # a fixed layout: constrained layout doubles the time
         ax = fig.subplots()
-        fig.subplots_adjust(left=0.09, right=0.98, top=0.86, bottom=0.15)
+        fig.subplots_adjust(left=0.1, right=0.98, top=0.86, bottom=0.25)
     sizes = dict(param_bytes=param_bytes, grad_bytes=grad_bytes, optimizer_bytes=optimizer_bytes)
     gb = 1e9
     for s in range(4):
@@ -78,13 +78,15 @@ def memory_bars(params: Amount, devices: Devices, *, capacity: Rate | None = 80e
                 va="bottom", fontsize=SMALL_PT)
     top = max(memory(params, devices, 0, **sizes).total / gb, capacity / gb if capacity else 0)
     if capacity:
-        ax.axhline(capacity / gb, color=OKABE_ITO[5], linestyle="--", linewidth=1.2)
-        ax.text(3.45, capacity / gb, f"{capacity / gb:g} GB accelerator", color=OKABE_ITO[5],
-                ha="right", va="bottom", fontsize=SMALL_PT)
+        # named in the legend: a label on the line ran into a short bar's words
+        ax.axhline(capacity / gb, color=OKABE_ITO[5], linestyle="--", linewidth=1.2,
+                   label=f"{capacity / gb:g} GB accelerator")
     ax.set_ylim(0, top * 1.25)
     ax.set_xticks(range(4), ["stage 0\n(data parallel)", "stage 1", "stage 2", "stage 3"])
     ax.set_ylabel("GB per device")
-    ax.legend(fontsize=SMALL_PT, loc="upper right")
+    # under the axis: over the bars it covered a bar's words when the stages are about as tall
+    ax.legend(fontsize=SMALL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=4,
+              frameon=False)
     ax.set_title(f"{params / 1e9:g}B parameters on {devices} devices "
                  f"({param_bytes:g} + {grad_bytes:g} + {optimizer_bytes:g} bytes per parameter)",
                  fontsize=TITLE_PT, loc="left")

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.core import build
+from tpviz.core import harness
 from tpviz.core.exercises import (
     Wrong,
     as_integer,
     as_number,
     checker,
-    expect_array,
     expect_bytes,
     expect_number,
-    mesh_1d,
 )
 from tpviz.zero.plan import communication, memory, smallest_devices
 
@@ -55,82 +54,107 @@ def check_fewest_devices(answer) -> str:
     return f"{want} devices: {memory(13e9, want, 2).total / 1e9:.1f} GB each."
 
 
+# the library's ZeRO step (its nested gather and scatter solve 5.3 and 5.5) and the book's
+# reduce-scatter function of chapter 6
+STEP = ("tpviz.zero.run.step_fn", "tpviz.zero.run.start", "tpviz.zero.check.train",
+        "tpviz.zero.measure", "tpviz.mesh2d.run.reduce_scatter")
+
+
+def _per_device_grads(outs: int):
+    """The answer run per device, argument ``outs`` being its own row of the [N, n] gradients
+    (its whole gradient); the arguments before it are whole, those after it split."""
+    def program(answer, case):
+        def body(*args):
+            args = list(args)
+            args[outs] = args[outs][0]  # this device's whole gradient, f32[n]
+            return answer(*args)
+
+        specs = (P(),) * outs + (P("data"),) + (P("data"),) * (len(case.args) - outs - 1)
+        out = P("data") if outs == 0 else (P(), P("data"), P("data"))
+        return jax.shard_map(body, mesh=case.mesh, in_specs=specs, out_specs=out,
+                             check_vma=False)
+
+    return program
+
+
+def _padded_mean(grads, case):
+    k = case.n
+    mean = np.asarray(grads, np.float64).mean(axis=0)
+    return np.pad(mean, (0, -mean.shape[0] % k)).astype(np.float32)
+
+
+def _sum_not_mean(case, got, want) -> str | None:
+    if np.shape(got) == np.shape(want) and np.allclose(got, case.n * np.asarray(want),
+                                                       rtol=1e-4, atol=1e-5):
+        return "that is the sum over the devices, not the mean."
+    return None
+
+
+SCATTER = harness.Build(
+    what="your function", layouts=("G[N_{data}, n]",), out="g[n_{data}]", axes=("data",),
+    program=_per_device_grads(0),
+    inputs=lambda s, rng: (rng.standard_normal((s["devices"], s["n"]), dtype=np.float32),),
+    reference=_padded_mean, diagnose=_sum_not_mean,
+    cases=(((8,), {"n": 64}), ((8,), {"n": 61}), ((4,), {"n": 26})),
+    collectives=lambda case: [harness.Expect(
+        "reduce-scatter", 4 * case.n * -(-case.sizes["n"] // case.n), ("data",),
+        what="the padded gradient")],
+    unavailable=STEP,
+    hint="Which collective both sums over 'data' and leaves each device its 1/N (chapter 1), "
+         "and what length must its input have? Then make the sum a mean, for any N.",
+    praise="One reduce-scatter: (N − 1)/N of the padded gradient's bytes, half an all-reduce's.")
+
+
 @checker("The stage-2 gradient reduce-scatter")
 def check_grad_reduce_scatter(fn) -> str:
-    """``fn(g)`` per device, inside shard_map over the 8-device axis "data": from this device's
-    whole gradient vector, return its 1/8 slice of the mean gradient over the devices."""
-    mesh = mesh_1d(8, "data")
-    grads = np.random.default_rng(0).standard_normal((8, 64), dtype=np.float32)  # row d: device d
-    hint = ("One collective both sums over 'data' and leaves each device only its 1/8 "
-            "(chapter 1); then make the sum a mean.")
-    body = (lambda g: fn(g[0])) if callable(fn) else fn
-    ran = build.run(body, mesh, P("data"), P("data"), grads, what="your function")
-    got, mean = ran.out, grads.mean(axis=0)
-    if getattr(got, "shape", None) == (512,):
-        raise Wrong("each device returned the whole vector: that is an all-reduce.",
-                    "Keep only this device's 1/8 of the sum.")
-    if got.shape == (64,) and np.allclose(got, 8 * mean, rtol=1e-4, atol=1e-5):
-        raise Wrong("that is the sum over the devices, not the mean.", "Divide by 8.")
-    expect_array(got, mean, what="the gathered slices", rtol=1e-4, atol=1e-5, hint=hint)
-    found = build.moving(ran.program, mesh)
-    if build.kinds(found) != {"reduce-scatter": 1}:
-        raise Wrong(f"right values, but the compiled program holds {build.summary(found)}; "
-                    "stage 2 needs one reduce-scatter, half an all-reduce's bytes.", hint)
-    return "One reduce-scatter: (N-1)/N of the gradient bytes, half an all-reduce."
+    """``fn(g)`` per device inside shard_map over "data": from this device's whole gradient
+    ``f32[n]`` (n not always a multiple of N), return its slice ``f32[ceil(n/N)]`` of the mean
+    gradient over the devices, padded with zeros at the end to a multiple of N; one
+    reduce-scatter, on 8 and 4 devices at several n."""
+    return harness.grade(fn, SCATTER)
 
 
 ZERO1_T = 3  # the Adam step the ZeRO-1 check runs
 
 
-def _zero1_data():
-    rng = np.random.default_rng(5)
-    params = rng.standard_normal(64, dtype=np.float32)
-    grads = rng.standard_normal((8, 64), dtype=np.float32)  # row d: device d's gradient
-    m = (rng.standard_normal(64) / 10).astype(np.float32)
-    v = (rng.random(64) / 10).astype(np.float32)
-    return params, grads, m, v
+def _zero1_inputs(s: dict, rng) -> tuple:
+    n, k = s["n"], s["devices"]
+    return (rng.standard_normal(n, dtype=np.float32),
+            rng.standard_normal((k, n), dtype=np.float32),  # row d: device d's gradient
+            (rng.standard_normal(n) / 10).astype(np.float32),
+            (rng.random(n) / 10).astype(np.float32))
+
+
+def _zero1_reference(params, grads, m, v):
+    from tpviz.zero.run import adam
+
+    return tuple(np.asarray(a) for a in adam(params, np.asarray(grads).mean(0), m, v, ZERO1_T))
+
+
+ZERO1 = harness.Build(
+    what="your optimizer step", names=("params", "grads", "m", "v"),
+    layouts=("p[n]", "G[N_{data}, n]", "m[n_{data}]", "v[n_{data}]"), out=None,
+    axes=("data",), program=_per_device_grads(1), inputs=_zero1_inputs,
+    reference=_zero1_reference, out_names=("the new parameters", "the new m", "the new v"),
+    cases=(((8,), {"n": 64}), ((8,), {"n": 40}), ((4,), {"n": 24})),
+    collectives=lambda case: [
+        harness.Expect("reduce-scatter", case.nbytes("params"), ("data",), what="the gradient"),
+        harness.Expect("all-gather", case.nbytes("params"), ("data",), what="the parameters")],
+    unavailable=STEP,
+    hint="Each device updates only the slice of the parameters whose Adam state it holds, with "
+         "the mean gradient of that slice; then every device needs all the slices.",
+    praise="Data parallelism's bytes, with 1/N of Adam's state and of its work on each device.",
+    rtol=1e-4, atol=1e-6)
 
 
 @checker("A ZeRO-1 optimizer step")
 def check_zero1_step(fn) -> str:
-    """``fn(params, grad, m, v)`` per device on 8 devices along "data": params f32[64] whole on
-    every device, grad this device's own f32[64] gradient, m and v its 1/8 of Adam's moments
-    (f32[8]); returns the updated (params whole, m, v) after Adam step t = 3 on the mean
-    gradient. The compiled step: one reduce-scatter and one all-gather of 64 floats."""
-    from tpviz.zero.run import adam
-
-    params, grads, m, v = _zero1_data()
-    mesh = mesh_1d(8, "data")
-    body = (lambda p, g, m_, v_: fn(p, g[0], m_, v_)) if callable(fn) else fn
-    ran = build.run(body, mesh, (P(), P("data"), P("data"), P("data")),
-                    (P(), P("data"), P("data")), params, grads, m, v,
-                    what="your optimizer step")
-    try:
-        new_p, new_m, new_v = ran.out
-    except (TypeError, ValueError):
-        raise Wrong("return three arrays: (params, m, v).") from None
-    want_p, want_m, want_v = (np.asarray(a) for a in adam(params, grads.mean(0), m, v, ZERO1_T))
-    hint = ("Each device updates only the slice of the parameters whose Adam state it holds, "
-            "with the mean gradient of that slice; then every device needs all the slices.")
-    expect_array(new_m, want_m, what="the new m", rtol=1e-4, atol=1e-6, hint=hint)
-    expect_array(new_v, want_v, what="the new v", rtol=1e-4, atol=1e-7, hint=hint)
-    expect_array(new_p, want_p, what="the new parameters", rtol=1e-4, atol=1e-6, hint=hint)
-    found = build.moving(ran.program, mesh)
-    counts, seen = build.kinds(found), build.summary(found)
-    vector = params.nbytes
-    if counts.get("all-reduce"):
-        raise Wrong(f"right values, but the compiled step holds {seen}: an all-reduce sends "
-                    "twice the bytes of a reduce-scatter or an all-gather, and leaves whole "
-                    "what this device does not need whole.", hint)
-    if any(c.full_bytes > vector for c, _ in found):
-        raise Wrong(f"right values, but the compiled step holds {seen}: more bytes than one "
-                    f"gradient or parameter vector ({vector} bytes) per collective.", hint)
-    if counts != {"reduce-scatter": 1, "all-gather": 1}:
-        raise Wrong(f"right values, but the compiled step holds {seen}; ZeRO-1 needs one "
-                    "reduce-scatter of the gradients and one all-gather of the parameters.",
-                    hint)
-    return ("A reduce-scatter and an all-gather: data parallelism's bytes, with 1/8 of Adam's "
-            "state and of its work on each device.")
+    """``fn(params, grad, m, v)`` per device along "data": params f32[n] whole on every device,
+    grad this device's own f32[n] gradient, m and v its 1/N of Adam's moments (f32[n/N]);
+    returns the updated (params whole, m, v) after Adam step t = 3 on the mean gradient. On 8
+    and 4 devices at several n; the compiled step: one reduce-scatter of the gradient and one
+    all-gather of the parameters."""
+    return harness.grade(fn, ZERO1)
 
 
 @checker("Stage 3's bytes")
@@ -167,33 +191,31 @@ def check_stage3_ratio(answer) -> str:
     return f"{want:.4f}: (3L − 1)/(2L)."
 
 
-ZERO_DESIGN = {"params": 20e9, "memory": 80e9, "activations": 20e9, "devices": 16}
+ZERO_DESIGN = {"params": 20e9, "memory": 80e9, "activations": 20e9, "devices": 16,
+               "sent": 105e9}
 
 
 @checker("Design: a ZeRO stage and a device count")
 def check_zero_design(stage, devices, gb_sent) -> str:
     """20B parameters, mixed-precision Adam, 80 GB devices with 20 GB kept for activations, up
-    to 16 devices: the stage and device count whose state fits with the fewest bytes sent per
-    device per step, and those bytes in GB."""
+    to 16 devices, at most 105 GB sent per device per step: a stage and a device count whose
+    state fits within that budget (several do), and the GB it sends."""
     stage, devices = as_integer(stage, "the stage"), as_integer(devices, "the devices")
     psi, room = ZERO_DESIGN["params"], ZERO_DESIGN["memory"] - ZERO_DESIGN["activations"]
     if stage not in range(4) or devices not in range(1, ZERO_DESIGN["devices"] + 1):
         raise Wrong("the stage is 0–3 and the devices 1–16.")
-    options = [(s, n) for s in range(4) for n in range(1, ZERO_DESIGN["devices"] + 1)
-               if memory(psi, n, s).total <= room]
-    want = min(options, key=lambda o: (communication(psi, o[1], o[0]), o[1]))
-    if memory(psi, devices, stage).total > room:
-        raise Wrong(f"stage {stage} on {devices} devices needs "
-                    f"{memory(psi, devices, stage).total / 1e9:.1f} GB of state: more than "
-                    f"{room / 1e9:.0f} GB.", "Write the bytes per device of each stage as a "
-                    "function of N and solve for the smallest N that fits.")
-    if (stage, devices) != want:
-        raise Wrong(f"stage {stage} on {devices} devices fits, but sends "
-                    f"{communication(psi, devices, stage) / 1e9:.1f} GB per device; another "
-                    "choice sends less.", "Compare the cheapest fitting choice of each stage.")
-    expect_number(as_number(gb_sent), communication(psi, *want[::-1]) / 1e9,
-                  what="the GB sent", rel=1e-3, hint="zero.communication(params, devices, stage)"
-                  " counts ring bytes at 2 bytes per parameter.")
-    return (f"stage {want[0]} on {want[1]} devices: "
-            f"{memory(psi, want[1], want[0]).total / 1e9:.1f} GB of state, "
-            f"{communication(psi, want[1], want[0]) / 1e9:.1f} GB sent per device.")
+    held, sent = memory(psi, devices, stage).total, communication(psi, devices, stage)
+    if held > room:
+        raise Wrong(f"stage {stage} on {devices} devices needs {held / 1e9:.1f} GB of state: "
+                    f"more than {room / 1e9:.0f} GB.", "Write the bytes per device of each "
+                    "stage as a function of N and solve for the smallest N that fits.")
+    if sent > ZERO_DESIGN["sent"]:
+        raise Wrong(f"stage {stage} on {devices} devices fits, but sends {sent / 1e9:.1f} GB per "
+                    "device per step: over the 105 GB budget.",
+                    "Which stages send less, and how many devices does each need to fit?")
+    expect_number(as_number(gb_sent), sent / 1e9, what="the GB sent", rel=1e-3,
+                  hint="zero.communication(params, devices, stage) counts ring bytes at 2 bytes "
+                  "per parameter.")
+    return (f"stage {stage} on {devices} devices: {held / 1e9:.1f} GB of state, "
+            f"{sent / 1e9:.1f} GB sent per device. Stage 3 fits on fewest devices and sends "
+            "1.5× what stage 2 sends; stage 2 needs more than twice the devices.")

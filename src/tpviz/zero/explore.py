@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from matplotlib.figure import Figure
 
 from tpviz.core.kinds import Index
@@ -24,8 +26,10 @@ def render_zero(model: str, billions: float, devices: int, stage: Index, precisi
     verdict = ("fits" if total <= accelerator_gb * 1e9 else "does not fit") + (
         f"; stage {stage} needs at least {fewest} devices" if fewest else
         f"; stage {stage} never fits: part of the state stays whole on every device")
-    fig.axes[0].set_title(fig.axes[0].get_title(loc="left") + f"\nstage {stage}: "
-                          f"{total / 1e9:,.1f} GB per device → {verdict}", fontsize=9, loc="left")
+    said = f"stage {stage}: {total / 1e9:,.1f} GB per device → {verdict}"
+    lines = [fig.axes[0].get_title(loc="left"), *textwrap.wrap(said, 90)]  # inside the image
+    fig.axes[0].set_title("\n".join(lines), fontsize=9, loc="left")
+    fig.subplots_adjust(top=1 - (0.2 + 0.16 * len(lines)) / fig.get_figheight())
     return fig
 
 

@@ -2,11 +2,16 @@
 collective on them; rooflines, the thresholds that follow, and model specs.
 
 - ``chips``: :class:`Chip` (FLOP/s by dtype, HBM bytes and bandwidth) and ``CHIPS``;
-- ``tpu``: :func:`tpu` (a torus slice with the generation's wraparound rule) and ``TPUS``;
+- ``tpu``: :func:`tpu` (a torus slice with the generation's wraparound rule: v4p, v5e, v5p,
+  v6e), ``TPUS``, a group of chips on its own torus axes (:meth:`TpuSystem.group`), and
+  permutes routed by distance and ports (:meth:`TpuSlice.send`, :meth:`TpuSlice.permute`,
+  with ``route``);
 - ``gpu``: :func:`gpu_cluster` (NVLink nodes, NICs, SHARP) and ``GPUS``;
-- ``price``: :class:`Price`, a collective's latency and bandwidth terms and what bounds it;
+- ``price``: :class:`Price`, a collective's latency and bandwidth terms (added: the α–β
+  model; ``overlapped_s`` is the max() form) and what bounds it;
 - ``roofline``: :func:`roofline` and the thresholds of data, tensor, FSDP and mixed parallelism;
-- ``models``: :class:`Model` and ``MODELS`` (GPT-3, LLaMA-2/3, Mixtral).
+- ``models``: :class:`Model` and ``MODELS`` (GPT-3, LLaMA-2/3, Mixtral), FLOPs per token in
+  three conventions (full attention, causal, 6N).
 
 ``SYSTEMS`` maps every TPU and GPU name to its system. Pure Python: no devices.
 """

@@ -5,9 +5,13 @@ per level, the levels overlapped (austin2025scaling, "How to Think About GPUs", 
 collectives): ``bandwidth_s = V · max over levels of (D - 1)/(D · W_level)`` with
 
 - inside a node, D = k GPUs and W = one GPU's NVLink egress (450 GB/s on H100);
-- between nodes, D = M nodes and W = the group's share of node egress: k NICs, one per GPU on a
-  rail-optimized network (8 × 400 Gb/s = 400 GB/s for a whole H100 node; 50 GB/s for a group
-  with one GPU per node, whose other rails serve the other groups).
+- between nodes, through the leaf switches of a scalable unit (SU: 32 nodes in NVIDIA's H100
+  SuperPod), D = min(M, 32) nodes and W = the group's share of node egress: k NICs, one per GPU
+  on a rail-optimized network (8 × 400 Gb/s = 400 GB/s for a whole H100 node; 50 GB/s for a
+  group with one GPU per node, whose other rails serve the other groups): 400e9 · 32/31 =
+  413 GB/s for M ≥ 32, the Scaling Book's figure;
+- between SUs, through the spine (a fat tree: full bisection), D = ⌈M/32⌉ SUs and W = the
+  egress of an SU's 32 nodes (12.8 TB/s for whole H100 nodes): never the bound.
 
 An all-reduce costs twice that, or with in-network reduction (SHARP: NVLink SHARP inside the
 node, InfiniBand SHARP between) ``V · max(1/W_level)``, without the 2 and the (D - 1)/D. An
@@ -15,9 +19,12 @@ all-to-all: inside a node (k - 1)·V/(n·k·W_nvlink); between nodes the node se
 its V/M, so (M - 1)·V/(M²·k·W_nic): it does not get cheaper with hierarchy. Latency, from
 NCCL's tuning model for its ring algorithm and low-latency (LL) protocol, the one NCCL picks
 for the small messages where latency matters (nvidia2023nccl, ``src/graph/tuning.cc``): a base
-latency per collective (``baseLat``, 6.6 µs) plus the ring steps, (k - 1) at α_NVLink (0.6 µs)
-and (M - 1) at α_network (2.7 µs) (twice for an all-reduce; two per level with SHARP, an
-approximation: NCCL's own NVLink SHARP entries differ). For large messages NCCL switches to its
+latency per collective (``baseLat``, 6.6 µs) plus the ring steps of each level, (k - 1) at
+α_NVLink (0.6 µs) and (min(M, 32) - 1) + (⌈M/32⌉ - 1) at α_network (2.7 µs) (twice for an
+all-reduce; two per level with SHARP, an
+approximation: NCCL's own NVLink SHARP entries differ). NCCL's flat ring (``algorithm="ring"``)
+counts as tuning.cc does: n - 1 steps, M - 1 of them between nodes, the others at least its
+network overhead (1 µs) once the ring spans nodes. For large messages NCCL switches to its
 Simple protocol (3.4 µs per NVLink step, 14 µs per network step), where the bandwidth term
 dominates anyway. A collective-permute (NCCL send/receive, outside that table) pays one step.
 """
@@ -46,6 +53,7 @@ class GpuSystem:
         nvlink_latency, network_latency: α per ring step inside a node and between nodes.
         source: ``references.bib`` key of the link numbers.
         base_latency: the fixed latency of one collective, whatever its steps (NCCL's baseLat).
+        unit: nodes per scalable unit, under one set of leaf switches (0: one level of NICs).
     """
 
     name: str
@@ -59,6 +67,7 @@ class GpuSystem:
     network_latency: float
     source: str
     base_latency: float = 0.0
+    unit: int = 32  # NVIDIA's DGX SuperPod: 32 nodes per scalable unit (austin2025scaling)
 
     @property
     def node_egress(self) -> float:
@@ -67,6 +76,9 @@ class GpuSystem:
 
 
 NCCL_BASE = 6.6e-6  # NCCL's baseLat of the ring algorithm, LL protocol (nvidia2023nccl)
+# NCCL's getNetOverhead (x86 Intel and its default; 2 µs on AMD): the least latency of a step
+# inside a node of a ring that spans nodes (nvidia2023nccl)
+NCCL_NET_OVERHEAD = 1e-6
 
 GPUS = {s.name: s for s in (
     # DGX H100: 8 GPUs, NVLink 4 at 900 GB/s both ways = 450 GB/s each way; 8 ConnectX-7 NICs of
@@ -149,12 +161,21 @@ class GpuCluster:
             twice = 2 if kind == "all-reduce" else 1
             slow = min(nvl, out)
             terms = {"NVLink" if slow == nvl else nics: twice * (n - 1) / n * v / slow}
-            steps = twice * ((n - m) * s.nvlink_latency + m * s.network_latency)
+            # NCCL's ring: n - 1 steps, m - 1 of them between nodes (twice both for an
+            # all-reduce); once the ring leaves a node, a step inside one costs at least
+            # NCCL's network overhead
+            inside = max(s.nvlink_latency, NCCL_NET_OVERHEAD)
+            steps = twice * ((n - m) * inside + (m - 1) * s.network_latency)
         else:
             twice = 2 if kind == "all-reduce" else 1
+            leaf = min(m, s.unit) if s.unit else m  # nodes in one ring under the leaves
+            units = math.ceil(m / leaf)  # rings of scalable units under the spine
             terms = {"NVLink": twice * (k - 1) / k * v / nvl,
-                     nics: twice * (m - 1) / m * v / out if m > 1 else 0.0}
-            steps = twice * ((k - 1) * s.nvlink_latency + (m - 1) * s.network_latency)
+                     nics: twice * (leaf - 1) / leaf * v / out if m > 1 else 0.0,
+                     "spine": twice * (units - 1) / units * v / (leaf * out) if units > 1
+                     else 0.0}
+            steps = twice * ((k - 1) * s.nvlink_latency
+                             + (leaf - 1 + units - 1) * s.network_latency)
         link = max(terms, key=terms.get)
         return Price(kind, v, s.base_latency + steps, terms[link], link)
 

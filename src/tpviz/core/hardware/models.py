@@ -122,7 +122,7 @@ class Model:
           ("6 · num_params · num_tokens", austin2025scaling; Kaplan et al.'s 6N).
 
         Training, LLaMA-3 70B at s = 8,192: "6N" 423 GFLOPs, "causal" 449, "full" 481 (+14 %);
-        GPT-3 175B at s = 2,048: 1,048, 1,062, 1,076 (+3 %).
+        GPT-3 175B at s = 2,048: 1,048, 1,062, 1,077 (+3 %).
         """
         from tpviz.core import validate
 

@@ -10,10 +10,11 @@ bandwidth term ("ICI", "NVLink", "node NICs", ...). Collective kinds are those o
 ``max(hops · α, V / W)`` (austin2025scaling, "Sharded Matrices", the note on ICI latency): the
 hops overlap the transfer. A ring all-gather cannot overlap them: each of its steps forwards a
 shard it has only just received, so every step pays its α *and* its bytes, and the sum is what
-the algorithm does. The sum is also never below the measurement the Scaling Book reports: a
-32 kB-per-chip gather over a v5e axis of 4 that its max() puts at 3 µs (three hops) took about
-8 µs; the sum gives 5.2 µs. The two differ by at most a factor of 2 (at the crossover), and
-agree wherever one term dominates. :attr:`Price.overlapped_s` gives the max() form.
+the algorithm does. The sum is also the closer of the two to the measurement the Scaling Book
+reports, though both are below it: a 32 kB-per-chip gather over a v5e axis of 4 that its max()
+puts at 3 µs (three hops) took about 8 µs; the sum gives 5.2 µs. The two differ by at most a
+factor of 2 (at the crossover), and agree wherever one term dominates.
+:attr:`Price.overlapped_s` gives the max() form.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Per-generation rule for wraparound links (austin2025scaling, "How to Think About
 - **v5e, v6e** (one 16×16 pod, no optical switches): an axis has wraparound iff its size is 16
   (an 8×16 slice wraps on its long axis only).
 - **v4p, v5p** (4×4×4 cubes joined by optical switches): wraparound on every axis iff the slice
-  is made of whole cubes (every axis a multiple of 4); a 2×2×4 has none (google2023tpuv4).
+  is made of whole cubes (every one of its three axes a multiple of 4); a 2×2×4 has none, nor
+  has a 4×4 (= 4×4×1) (google2023tpuv4).
 
 Pricing a collective over ``axes`` of the slice, with V the bytes of the whole array, N the
 devices in the group, and W the ICI bandwidth of one link in one direction (4.5e10 B/s on v5e):
@@ -70,10 +71,13 @@ class TpuSystem:
     source: str = "austin2025scaling"
 
     def wraparound(self, mesh_shape: Sizes()) -> tuple[bool, ...]:
-        """Which axes of a slice of this shape have wraparound links (the module's rule)."""
+        """Which axes of a slice of this shape have wraparound links (the module's rule). On
+        v4p and v5p a shape with fewer axes than the pod's is padded with 1s: a 4×4 slice is
+        4×4×1, not whole cubes, so it has none."""
         shape = tuple(mesh_shape)
         if self.cubes:
-            whole = all(n % 4 == 0 for n in shape)
+            padded = shape + (1,) * (len(self.pod) - len(shape))
+            whole = all(n % 4 == 0 for n in padded)
             return tuple(whole and n > 2 for n in shape)
         return tuple(n == 16 for n in shape)
 
@@ -81,7 +85,11 @@ class TpuSystem:
         """``devices`` chips on their own, as :class:`tpviz.core.cost.System` prices a group:
         along one torus axis while they fit (a pod axis: 16 on v5e), then over the next, each
         axis the largest divisor of what is left (v5e: 4 → (4,), 32 → (16, 2); v5p: 64 →
-        (16, 4), 4096 → (16, 16, 16)), with wraparound by the generation's rule.
+        (16, 4), 4096 → (16, 16, 16)). Each axis of the group is taken to run along a torus
+        axis of a larger slice: on v5e and v6e a segment of a pod axis, a ring only when it is
+        the whole 16; on v4p and v5p, whose slices are whole cubes, a whole slice axis (a
+        ring) when its length is a multiple of 4, a segment (a line) otherwise: 32 → (16, 2)
+        has wraparound on its 16 and not on its 2, like 16 → (16,) and 64 → (16, 4).
 
         Raises:
             ArgumentError: more chips than a pod holds, or a count no shape of pod axes makes.
@@ -101,7 +109,8 @@ class TpuSystem:
                                 f"{self.pod} (axes of at most {max(self.pod)} chips); use a "
                                 "count that fits, or DCN between slices.")
         shape = tuple(shape) or (1,)
-        return TpuSlice(self, shape, self.wraparound(shape))
+        wrap = (tuple(k % 4 == 0 for k in shape) if self.cubes else self.wraparound(shape))
+        return TpuSlice(self, shape, wrap)
 
 
 TPUS = {s.name: s for s in (
@@ -245,7 +254,8 @@ def tpu(name: str, mesh_shape: Of(int, Sizes()), wrap: tuple[bool, ...] | None =
 
     Raises:
         ArgumentError: an unknown name, a shape that is not 1–3 positive sizes, or one larger
-            than the generation's pod.
+            than the generation's pod (in chips, or along an axis: a v5e (32, 8) has 256
+            chips but no axis of 32).
     """
     from tpviz.core import validate
     from tpviz.errors import ArgumentError, ArgumentTypeError
@@ -263,6 +273,11 @@ def tpu(name: str, mesh_shape: Of(int, Sizes()), wrap: tuple[bool, ...] | None =
     if math.prod(shape) > math.prod(system.pod):
         raise ArgumentError(f"mesh_shape = {shape} has more chips than a {name} pod "
                             f"{system.pod}; use DCN between slices (dcn_price).")
+    longest = sorted(shape, reverse=True)
+    if any(n > p for n, p in zip(longest, sorted(system.pod, reverse=True), strict=False)):
+        raise ArgumentError(f"mesh_shape = {shape} has an axis longer than the {name} pod "
+                            f"{system.pod} allows; give axes that fit in it, e.g. "
+                            f"{system.pod}.")
     rule = system.wraparound(shape)
     if wrap is not None:
         rule = tuple(bool(x) for x in wrap)
