@@ -138,7 +138,7 @@ CALLS = [
     (f("context", "zigzag_order"), dict(sequence=64, devices=8),
      {"sequence": "i", "devices": "i"}),
     (f("context", "causal_work"), dict(devices=8, layout="zigzag"),
-     {"devices": "i", "layout": "s"}),
+     {"devices": "i", "layout": "s", "tiles": "i"}),
     (f("context.compare", "layer"), dict(scheme="ring", sequence=1024, heads=8, hidden=512,
                                          devices=8),
      {"scheme": "s", "sequence": "i", "system": "s", "dtype": "s", "causal": "t"}),

@@ -6,8 +6,9 @@ Two layouts give every device the same work: zigzag (device i holds chunks i and
 and striped attention's (token t on device t mod N, Brandon et al. 2023), which skips the early
 half of its queries against the late half of each block's keys (:func:`tpviz.context.ring.pairs`).
 SPMD compiles one program for all devices, so each device's own schedule is compiled here as a
-single-device program (:func:`device_program`: its steps, skipping what the mask hides entirely,
-as a FlashAttention kernel skips masked tiles) and its FLOPs read from XLA's cost analysis of
+single-device program (:func:`device_program`: its steps, skipping what the mask hides entirely
+at two tiles per block, as a FlashAttention kernel skips masked tiles; ``causal_work(...,
+tiles=2)`` counts them) and its FLOPs read from XLA's cost analysis of
 that program: by default of the program as lowered, the HLO handed to the compiler (fast: no
 compilation); with ``compile=True`` of the optimized program, whose fusions add or remove a few
 elementwise FLOPs but not the matmuls that make the imbalance.

@@ -110,6 +110,8 @@ def memory(scheme: str, sequence: int, heads: int, hidden: int, devices: Devices
     b, size, n, s, a, h = batch, dtype_size(dtype), z.devices, z.sequence, z.heads, z.hidden
     kvh = h * z.kv_heads // a  # n_kv · d_h
     c = s // n
+    if z.scheme == "usp" and 1 in (z.ulysses, z.ring):  # usp with one axis of 1 is the other
+        z = replace(z, scheme="ring" if z.ulysses == 1 else "ulysses")
     if z.scheme == "ring":  # q, o; k, v; the block held and the one arriving; one block's scores
         return size * b * (2 * c * h + 6 * c * kvh + 2 * a * c * c)
     if z.scheme == "usp":  # as the ring, over S/r tokens of n_h/u heads, beside its inputs

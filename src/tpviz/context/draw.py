@@ -35,6 +35,10 @@ def balance(flops: dict[str, list[float]]) -> Figure:
 
 
 COLOURS = dict(zip(SCHEMES, palette(len(SCHEMES)), strict=True))  # one colour per scheme
+# and a line style: the schemes drawn later, dashed or dotted, show the ones they lie on (usp
+# is Ulysses inside one node; the all-gather's curves run close to SP's)
+STYLES = {"sequence": "-", "ring": "-", "ulysses": "-", "allgather": (0, (4, 2)),
+          "usp": (0, (1, 1.5))}
 
 
 def _plain(value: float, _) -> str:
@@ -46,11 +50,11 @@ def scaling(sequences: Sequence[int], heads: int, hidden: int, devices: Devices,
             system: str = "H100 (NVLink)",
             causal: bool = True, kv_heads: int | None = None, legend: bool = True) -> Figure:
     """Per layer and device, against the sequence: exposed communication time and activation
-    memory of each scheme in :data:`COLOURS` (a scheme whose heads do not split is left out;
-    ``legend=False`` leaves the key to the caller). The bytes sent grow as S for every scheme
-    (:func:`tpviz.context.compare.layer` gives them). Two panels, fixed margins, few ticks and
-    plain tick labels (each axes and each text costs): a redraw stays inside the widget
-    budget."""
+    memory of each scheme in :data:`COLOURS` and :data:`STYLES` (a scheme whose heads do not
+    split is left out; ``legend=False`` leaves the key to the caller). The bytes sent grow as
+    S for every scheme (:func:`tpviz.context.compare.layer` gives them). Two panels, fixed
+    margins, few ticks and plain tick labels (each axes and each text costs): a redraw stays
+    inside the widget budget."""
     fig = column_figure(2.8)
     fig.subplots_adjust(left=0.08, right=0.99, top=0.84, bottom=0.18, wspace=0.25)
     axes = fig.subplots(1, 2)
@@ -63,6 +67,7 @@ def scaling(sequences: Sequence[int], heads: int, hidden: int, devices: Devices,
         for ax, values in zip(axes, ([r.exposed_s * 1e3 or np.nan for r in rows],  # 0: hidden
                                      [r.memory / 2**30 for r in rows]), strict=True):
             ax.plot(sequences, values, marker="o", markersize=3, color=COLOURS[scheme],
+                    linestyle=STYLES[scheme], linewidth=2 if scheme == "ulysses" else 1.5,
                     label=scheme)
     ends = [sequences[0], sequences[-1]]
     for ax, title in zip(axes, ("exposed communication per layer, ms",

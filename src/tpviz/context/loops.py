@@ -5,7 +5,7 @@ attention runs its N - 1 steps as a ``lax.scan``, which compiles to a while loop
 permute in its body; XLA records the loop's trip count in the program
 (``backend_config={"known_trip_count":{"n":"7"}}``). :func:`executed` reads it and repeats each
 collective of a loop body (and of what the body calls) that many times. :func:`overlap` reads
-whether a loop body's matrix products wait for its permutes.
+whether a loop body's matrix products wait for its permutes, and its permutes for them.
 """
 
 from __future__ import annotations
@@ -79,26 +79,30 @@ _MATMULS = (" dot(", " convolution(", "gemm", "matmul")
 
 @dataclass(frozen=True)
 class Overlap:
-    """One loop body with permutes, read from the compiled program: its matrix products, and
-    those that read a permute's result (directly or through other instructions of the body)."""
+    """One loop body with permutes, read from the compiled program: its matrix products, those
+    that read a permute's result, and the permutes that send a matrix product's result (each
+    directly or through other instructions of the body)."""
 
     body: str
     permutes: int
     matmuls: int
     waiting: int  # matmuls that must wait for a permute
+    fed: int  # permutes that must wait for a matmul: they send what it computed
 
     @property
     def independent(self) -> bool:
-        """True when no matrix product of the body waits for its permutes: a scheduler may run
-        the transfer and the attention at once."""
-        return self.permutes > 0 and self.matmuls > 0 and self.waiting == 0
+        """True when no matrix product of the body waits for its permutes and no permute waits
+        for its matrix products: a scheduler may run the transfers and the attention at once."""
+        return (self.permutes > 0 and self.matmuls > 0 and self.waiting == 0
+                and self.fed == 0)
 
 
 def overlap(program: Callback) -> list[Overlap]:
     """Each while-loop body of the compiled ``program`` that holds a collective-permute: how many
     of its matrix products (dots, or fusions and custom calls that hold one) depend on a
-    permute's result. On CPU the permute is one instruction, run in the order printed; on GPU
-    and TPU XLA splits it into ``-start`` and ``-done`` and schedules independent work between."""
+    permute's result, and how many of its permutes send a matrix product's result. On CPU the
+    permute is one instruction, run in the order printed; on GPU and TPU XLA splits it into
+    ``-start`` and ``-done`` and schedules independent work between."""
     comps, _, _ = _computations(program.as_text())
     bodies = {t for lines in comps.values() for line in lines
               for role, t in _CALLS_RE.findall(line) if role == "body"}
@@ -121,17 +125,25 @@ def overlap(program: Callback) -> list[Overlap]:
         starts = [n for n, op in kinds.items() if op.startswith("collective-permute")]
         if not starts:
             continue
-        reached, todo = set(), list(starts)
-        while todo:
-            for user in users.get(todo.pop(), []):
-                if user not in reached:
-                    reached.add(user)
-                    todo.append(user)
-        permutes = sum(op in ("collective-permute", "collective-permute-start")
-                       for op in kinds.values())
-        found.append(Overlap(body, permutes, sum(is_matmul.values()),
-                             sum(is_matmul.get(n, False) for n in reached)))
+        sends = {n for n, op in kinds.items()
+                 if op in ("collective-permute", "collective-permute-start")}
+        after_permutes = _reached(users, starts)
+        after_matmuls = _reached(users, [n for n, m in is_matmul.items() if m])
+        found.append(Overlap(body, len(sends), sum(is_matmul.values()),
+                             sum(is_matmul.get(n, False) for n in after_permutes),
+                             len(sends & after_matmuls)))
     return found
+
+
+def _reached(users: dict, starts: list) -> set:
+    """The instructions that read ``starts``' results, directly or through others."""
+    reached, todo = set(), list(starts)
+    while todo:
+        for user in users.get(todo.pop(), []):
+            if user not in reached:
+                reached.add(user)
+                todo.append(user)
+    return reached
 
 
 def _holds_matmul(comps: dict, name: str, seen: set) -> bool:

@@ -21,7 +21,8 @@ usp        Ulysses over u devices (4 all-to-alls) and     Ulysses' over u plus t
 ========== ============================================ ===========================================
 
 So Ulysses sends φN/(1 + φ) times fewer bytes than the ring: N/2 without grouped-query attention,
-but 0.89 at φ = 1/8 and N = 8 (the ring then sends fewer).
+but 0.89 at φ = 1/8 and N = 8 (the ring then sends fewer). That is the forward pass; with the
+backward below (the ring's recomputing one) it is (3N - 2)φN / (2(N - 1)(1 + φ)): 1.4 there.
 
 The backward pass (``training``) holds the transposes: a reduce-scatter and an all-gather
 (sequence; with ``regather``, Megatron's extra all-gather of the stored input shard), 4
@@ -43,7 +44,7 @@ from tpviz.core import validate
 from tpviz.core.collectives import Collective, Collectives
 from tpviz.core.kinds import HELD, Devices, Dtype, Size
 from tpviz.core.layout import dtype_of, dtype_size
-from tpviz.errors import ShardingError
+from tpviz.errors import ArgumentError, ShardingError
 
 AXIS = "context"
 RING_AXIS, ULYSSES_AXIS = "ring", "ulysses"  # the two axes of the usp (hybrid) mesh
@@ -249,18 +250,39 @@ def order(sequence: int, devices: int, layout: str) -> np.ndarray:
     return np.arange(check_sizes("ring", sequence, 1, devices).sequence)
 
 
-def causal_work(devices: Devices, layout: str = "contiguous") -> list[int]:
-    """Chunk pairs (a query chunk of S/(2N) tokens against a key chunk of as many) each device
-    computes in causal ring attention when it skips every pair the mask hides entirely and
-    computes a pair the mask cuts in full. Contiguous (whole blocks skipped): device i computes
-    its i earlier blocks and its own, 4(i+1) pairs: the last device 4N, the first 4. Zigzag: its
-    own two chunks (4 pairs) and then half a block per step (2 pairs), 2N + 2 on every device.
-    Striped (a device's tokens halved into an early and a late half, as a kernel with two
-    tiles per block would): every step, its own included, skips the early queries' pair with
-    the late keys, 3 pairs, 3N on every device: balanced, but more work than zigzag at this
-    tile size (a kernel with t tiles per block computes t(t+1)/2 of t², towards half a block)."""
+def causal_work(devices: Devices, layout: str = "contiguous", tiles: int = 1) -> list[int]:
+    """Tiles each device computes in causal ring attention, over its whole ring: a kernel that
+    cuts each block of S/N × S/N scores into ``tiles`` × ``tiles`` tiles skips every tile the
+    mask hides entirely and computes a tile the mask cuts in full (FlashAttention's
+    granularity). With t = ``tiles``:
+
+    - contiguous: device i computes its i earlier blocks whole and the lower triangle of its
+      own, i·t² + t(t+1)/2 (with t = 1: i + 1 blocks, so the last device does 2N/(N+1) of the
+      mean; as t grows, 2 - 1/N);
+    - zigzag (t even, or 1): its own block's triangle, then half a block per step,
+      t(t+1)/2 + (N-1)·t²/2 on every device (t = 2: 2N + 1);
+    - striped: every step's block, its own included, is a stripe of the whole sequence whose
+      mask is a triangle: N·t(t+1)/2 on every device (t = 2: 3N).
+
+    With t = 1 (whole blocks) zigzag and striped compute N blocks each and skip nothing; at
+    t = 2, the programs of :mod:`tpviz.context.ring`, striped computes 3N/(2N + 1) times
+    zigzag's work, and the excess falls towards 1 as t grows.
+
+    Raises:
+        ArgumentError: an unknown layout, or an odd ``tiles`` > 1 for zigzag (a tile would
+            straddle its two chunks).
+    """
     n = validate.integer("devices", devices, error=ShardingError)
     layout = validate.choice("layout", layout, LAYOUTS)
+    t = validate.integer("tiles", tiles, maximum=2**12)
+    triangle = t * (t + 1) // 2
     if layout == "striped":
-        return [3 * n] * n
-    return [4 * (i + 1) if layout == "contiguous" else 2 * n + 2 for i in range(n)]
+        return [n * triangle] * n
+    if layout == "zigzag":
+        if t == 1:
+            return [n] * n
+        if t % 2:
+            raise ArgumentError(f"tiles = {t} is odd: a zigzag block is two chunks, and a tile "
+                                "would straddle them; use 1 or an even number.")
+        return [triangle + (n - 1) * t * t // 2] * n
+    return [i * t * t + triangle for i in range(n)]

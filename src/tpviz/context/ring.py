@@ -13,15 +13,21 @@ reads this from the compiled loop body). N - 1 permutes.
 Backward (``recompute``; the residuals are only q, k, v, the output o and the log-sum-exp lse):
 with D = rowsum(dO ∘ O), each step recomputes the block's probabilities P = exp(QKᵀ/√d - lse)
 and adds dQ += dS K/√d, where dS = P ∘ (dO Vᵀ - D); the block's dK = dSᵀ Q/√d and dV = Pᵀ dO are
-added to the gradients that travel with it. The keys and values go round again (N - 1 permutes,
-each issued before the step's work) and their gradients follow them (N permutes, the last one
-home): the backward sends (2N - 1)/(N - 1) times the forward's bytes. Autodiff of the forward
-instead (``recompute=False``) saves every block's probabilities: N blocks of scores, not one.
+added to the gradients that travel with it. The keys and values go round again (N - 1 permutes)
+and their gradients follow them (N permutes, the last one home): the backward sends
+(2N - 1)/(N - 1) times the forward's bytes. A step's gradients leave at the start of the next
+step, beside its matmuls, not at the end of their own (where the permute would wait for the
+matmuls that made them): every permute but the last is independent of the step's work. As in
+the forward pass, :func:`tpviz.context.loops.overlap` reads this from the compiled loop body.
+Autodiff of the forward instead (``recompute=False``) saves every block's probabilities: N
+blocks of scores, not one.
 
-Causal layouts: contiguous skips a block from a later device (``lax.cond``); zigzag (device i
-holds chunks i and 2N-1-i of 2N) works on half a block each step after its own; striped
-(token t on device t mod N) skips the early half of its queries against the late half of
-each block's keys, every step: 3 of 4 quarter blocks, on every device.
+Causal layouts, computed as a kernel with two tiles per block would (a quarter block the mask
+hides entirely is skipped, one it cuts is computed in full): on its own block every layout
+skips its early queries against its late keys (3 of 4 quarters); after it, contiguous skips a
+block from a later device (``lax.cond``), zigzag (device i holds chunks i and 2N-1-i of 2N)
+works on half a block each step, and striped (token t on device t mod N) skips the early half
+of its queries against the late half of each block's keys, every step: 3 of 4 quarters.
 """
 
 from __future__ import annotations
@@ -89,10 +95,8 @@ def pairs(layout: str, causal: bool, src, me, c: int, own: bool = False):
     h, whole = c // 2, slice(0, c)
     if not causal:
         return [(whole, whole)]
-    if layout == "striped":
+    if layout == "striped" or own:  # the early queries never see the late keys
         return [(slice(0, h), slice(0, h)), (slice(h, c), whole)]
-    if own:
-        return [(whole, whole)]
     if layout == "zigzag":
         return [(whole, slice(0, h))] if src < me else [(slice(h, c), whole)]
     return [(whole, whole)] if src < me else None
@@ -180,7 +184,10 @@ def block_gradients(q: ArrayOf("B Q N D"), k: ArrayOf("B K M D"), v: ArrayOf("B 
     return dq, dk, dv
 
 
-def _gradient_step(q, kv, do, lse, delta, dq, dkv, src, me, n, layout, causal, own=False):
+def _gradient_step(q, kv, do, lse, delta, dq, src, me, n, layout, causal, own=False):
+    """``(dq, dkv)``: ``dq`` plus this block's share, and the block's own gradients ``dkv[2, B,
+    S/N, n_kv, d_h]`` (added to those that travel by the caller, outside any ``lax.cond``, so
+    that the matmuls do not wait for their arrival)."""
     c = q.shape[1]
     q_pos, k_pos = positions(me, n, c, layout), positions(src, n, c, layout)
 
@@ -193,32 +200,33 @@ def _gradient_step(q, kv, do, lse, delta, dq, dkv, src, me, n, layout, causal, o
             dkv = dkv.at[:, :, ks].add(jnp.stack([gk, gv]))
         return dq, dkv
 
-    return _branches(layout, causal, src, me, c, own, grads, dq, dkv)
+    return _branches(layout, causal, src, me, c, own, grads, dq, jnp.zeros_like(kv))
 
 
 def backward(q, k, v, o, lse, do, axis: str, causal: bool, layout: str):
-    """``(dq, dk, dv)`` by the ring again (inside ``shard_map``): see the module text."""
+    """``(dq, dk, dv)`` by the ring again (inside ``shard_map``): see the module text. Each trip
+    issues both of its permutes first, the next block and the gradients the previous trip
+    finished, and adds what arrives only after its matmuls: no permute waits for the trip's
+    matmuls, nor they for it (only the last permute, home, follows the work)."""
     n, me = jax.lax.axis_size(axis), jax.lax.axis_index(axis)
     delta = jnp.sum(do * o, axis=-1)  # D = rowsum(dO ∘ O): [B, S/N, n_h]
     kv = jnp.stack([k, v])
-    zero = (jnp.zeros_like(q), jnp.zeros_like(kv))
+    dq, dkv = _gradient_step(q, kv, do, lse, delta, jnp.zeros_like(q), me, me, n, layout,
+                             causal, True)  # dkv: the gradients of this device's block
     if n == 1:
-        dq, dkv = _gradient_step(q, kv, do, lse, delta, *zero, me, me, n, layout, causal, True)
         return dq, dkv[0], dkv[1]
     arriving = _permute(kv, axis, n)
-    dq, dkv = _gradient_step(q, kv, do, lse, delta, *zero, me, me, n, layout, causal, True)
-    dkv = _permute(dkv, axis, n)  # travels with its block
 
-    def trip(carry, s):  # s = 1 ... N-2
+    def trip(carry, s):  # s = 1 ... N-2; dkv: the gradients of block me - s + 1
         kv, dq, dkv = carry
-        arriving = _permute(kv, axis, n)
-        dq, dkv = _gradient_step(q, kv, do, lse, delta, dq, dkv, (me - s) % n, me, n, layout,
-                                 causal)
-        return (arriving, dq, _permute(dkv, axis, n)), None
+        arriving, dkv = _permute(kv, axis, n), _permute(dkv, axis, n)  # dkv: of block me - s
+        dq, own = _gradient_step(q, kv, do, lse, delta, dq, (me - s) % n, me, n, layout, causal)
+        return (arriving, dq, dkv + own), None
 
     (kv, dq, dkv), _ = jax.lax.scan(trip, (arriving, dq, dkv), jnp.arange(1, n - 1))
-    dq, dkv = _gradient_step(q, kv, do, lse, delta, dq, dkv, (me + 1) % n, me, n, layout, causal)
-    dkv = _permute(dkv, axis, n)  # the block of device me + 1: its gradients go home
+    dkv = _permute(dkv, axis, n)  # the gradients of block me + 1, beside its last step
+    dq, own = _gradient_step(q, kv, do, lse, delta, dq, (me + 1) % n, me, n, layout, causal)
+    dkv = _permute(dkv + own, axis, n)  # the block of device me + 1: its gradients go home
     return dq, dkv[0], dkv[1]
 
 
