@@ -144,7 +144,7 @@ BAD = [
     (lambda: moe.keep(np.zeros((8, 2), int), 4, 2, groups=0), ArgumentError,
      "groups must be a positive integer"),
     (lambda: moe.render_moe(system="H100"), ArgumentError, "system = 'H100'"),
-    (lambda: moe.gspmd_forward(mesh4("X"), 2, 2), ShardingError, "no 'expert'"),
+    (lambda: moe.gspmd_forward(mesh4("X"), 2, 2), ShardingError, "'expert' is not an axis of mesh"),
     (lambda: moe.plan(64, 8, 2, "1.25", 8), TypeError, "capacity_factor must be a number"),
     (lambda: moe.plan(64, 8.0, 2, 1.25, 8), TypeError, "experts must be an integer"),
     # automatic parallelization

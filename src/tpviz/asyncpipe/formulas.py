@@ -11,8 +11,10 @@ bubble per step when steps run back to back without a flush
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from tpviz.core import validate
+from tpviz.core.rules import Choice, Seq
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import schedule, simulate, steady_state
 from tpviz.pipeline.plan import ZOO
@@ -93,7 +95,8 @@ def row(name: str, p: int, m: int) -> Row:
                t.staleness, copies, t.weight_copies, t.peak_activations)
 
 
-def table(p: int = 4, m: int = 8, names: tuple[str, ...] = ("1f1b", "zb-h1", *ZOO)
+def table(p: int = 4, m: int = 8,
+          names: Annotated[tuple, Seq(Choice(lambda: FORMULAS), 1)] = ("1f1b", "zb-h1", *ZOO)
           ) -> list[Row]:
     """:func:`row` for every schedule (chimera at m rounded down to a multiple of p, its
     formula's case)."""

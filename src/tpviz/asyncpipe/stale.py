@@ -38,7 +38,7 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz.asyncpipe.runs import CONTROLS, RUNS, STAGES, tables, versions  # noqa: F401
 from tpviz.core import compiled, validate, verify
-from tpviz.core.kinds import Index, Items, Positive
+from tpviz.core.kinds import ArrayOf, Index, Items, Positive
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ArgumentError, ArgumentTypeError, DeviceSetupError
 from tpviz.pipeline.run import init
@@ -52,7 +52,7 @@ class Curve:
 
     label: str
     seeds: tuple[int, ...]
-    losses: np.ndarray  # [seeds, steps]: loss of the current weights on the fixed batch
+    losses: ArrayOf(2)  # [seeds, steps]: loss of the current weights on the fixed batch
     forward_lag: np.ndarray  # [steps, stages]: updates between the newest and the forward's
     backward_lag: np.ndarray  # [steps, stages]: the same for the backward
 

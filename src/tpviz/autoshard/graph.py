@@ -148,7 +148,9 @@ class Builder:
             raise ArgumentError(f"the name {name!r} is used twice; give every op its own name.")
         for i in inputs:
             if i not in self.shapes:
-                raise ArgumentError(f"op {name!r} reads {i!r}, which is not defined before it.")
+                which = "x = " if len(inputs) == 1 else ""
+                raise ArgumentError(f"op {name!r} reads {which}{i!r}, which is not defined "
+                                    f"before it.")
         if dims is None:
             dims = (self._dim(inputs[0]),) * 2 if inputs else ("H", "H")
         op = Op(name, kind, fn, tuple(inputs), tuple(self.shapes[i] for i in inputs),
@@ -178,9 +180,10 @@ class Builder:
         return self._add(name, "elementwise", "gelu", [x], self.shapes.get(x, (0, 0)))
 
     def add(self, name: str, a: str, b: str) -> str:
-        for i in (a, b):
+        for arg, i in (("a", a), ("b", b)):
             if i not in self.shapes:
-                raise ArgumentError(f"op {name!r} reads {i!r}, which is not defined before it.")
+                raise ArgumentError(f"op {name!r} reads {arg} = {i!r}, which is not defined "
+                                    f"before it.")
         if self.shapes.get(a) != self.shapes.get(b):
             raise ShardingError(f"add {name!r}: {a} is {self.shapes.get(a)} but {b} is "
                                 f"{self.shapes.get(b)}; an element-wise add needs equal shapes.")

@@ -52,11 +52,12 @@ class Stages:
 
 def _shape(s) -> tuple[int, ...]:
     if isinstance(s, tuple) and s:
-        return tuple(check.integer("a submesh's size", n) for n in s)
+        return tuple(check.integer("submeshes: a submesh's size", n) for n in s)
     try:
         return (check.integer("a submesh", s),)
     except (ArgumentError, ArgumentTypeError):
-        raise ArgumentError(f"a submesh is a device count or a shape such as (1, 2), got "
+        raise ArgumentError(f"submeshes: a submesh is a device count or a shape such as (1, 2), "
+                            f"got "
                             f"{s!r}.") from None
 
 
@@ -97,7 +98,7 @@ def _check(devices, microbatches, submeshes):
                                 f"[(1, 1), (1, 2)], got {submeshes!r}.")
     found = list(dict.fromkeys(_shape(s) for s in submeshes))
     if not found:
-        raise ArgumentError("give at least one submesh shape.")
+        raise ArgumentError("submeshes is empty: give at least one submesh shape.")
     return devices, microbatches, found
 
 

@@ -199,9 +199,18 @@ def reshard(shape: Sizes(), src: SpecLike, dst: SpecLike, mesh_shape: MeshShape,
     """
     mesh_shape = validate.mesh_shape("mesh_shape", mesh_shape)
     shape = tuple(validate.integer(f"shape[{i}]", n) for i, n in enumerate(shape))
-    src, dst = (layout.validate_spec(shape, as_spec(s), mesh_shape) for s in (src, dst))
+    src, dst = (_named_spec(name, shape, s, mesh_shape)
+                for name, s in (("src", src), ("dst", dst)))
     return Collectives(_reshard(shape, P(*src), P(*dst), tuple(mesh_shape.items()),
                                 str(layout.dtype_of(dtype))))
+
+
+def _named_spec(name: str, shape, spec, mesh_shape):
+    """``layout.validate_spec``, its error saying which argument it is about."""
+    try:
+        return layout.validate_spec(shape, as_spec(spec), mesh_shape)
+    except ShardingError as e:
+        raise ShardingError(f"{name}: {e}") from None
 
 
 @functools.lru_cache(maxsize=65536)

@@ -31,6 +31,9 @@ def replay(p: CollectivePlan, inputs: ArrayOf("N n"), upto: Index | None = None)
     if x.ndim != 2 or x.shape[0] != k or x.shape[1] % k:
         raise ArgumentError(f"inputs of shape {x.shape}: give [N, n] = [{k}, n], n divisible "
                             f"by {k}.")
+    if upto is not None and upto > len(p.moves):
+        raise ArgumentError(f"upto = {upto} is more than the plan's {len(p.moves)} steps: give "
+                            f"0 to {len(p.moves)}, or None for all of them.")
     state = x.reshape(k, k, -1).copy()  # [device, chunk, element]
     if p.op == "all-gather":
         mine = state[np.arange(k), np.arange(k)].copy()

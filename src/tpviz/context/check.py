@@ -62,7 +62,7 @@ def mesh_of(devices: Devices, axis: str = AXIS, ulysses: int | None = None):
 
 def inputs(scheme: str, sequence: Size(2**20, HELD), heads: Size(1024, HELD),
            batch: Size(1024, HELD) = 1, seed: Seed = 0, head_dim: Size(1024, HELD) = HEAD_DIM,
-           kv_heads: int | None = None) -> tuple:
+           kv_heads: Size(1024, HELD) | None = None) -> tuple:
     """Seeded float32 inputs of one layer: ``(q, k, v)``, ``q[B, S, n_h, d_h]`` and ``k, v[B, S,
     n_kv, d_h]``, or ``(x, params)`` for "sequence" (``x[B, S, H]``, weights ``wq, wo: [H, H]``,
     ``wk, wv: [H, n_kv · d_h]``)."""

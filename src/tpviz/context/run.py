@@ -30,9 +30,9 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tpviz.context.plan import AXIS, RING_AXIS, ULYSSES_AXIS, order
+from tpviz.context.plan import AXIS, LAYOUTS, RING_AXIS, SCHEMES, ULYSSES_AXIS, order
 from tpviz.context.ring import block_attention, positions, ring_attention
-from tpviz.core.kinds import ArrayOf, AxisOf, Callback, JaxMesh, Keys
+from tpviz.core.kinds import ArrayOf, AxisOf, Callback, JaxMesh, Keys, OneOf
 from tpviz.megatron import column_parallel, layer_norm, row_parallel
 
 
@@ -135,7 +135,8 @@ DIMS = {"wq": "H Q", "wk": "H Q", "wv": "H Q", "wo": "Q H"}  # the weights' name
 
 # --- programs ------------------------------------------------------------------------------
 
-def program(scheme: str, mesh: JaxMesh, causal: bool = False, layout: str = "contiguous",
+def program(scheme: OneOf(SCHEMES), mesh: JaxMesh, causal: bool = False,
+            layout: OneOf(LAYOUTS) = "contiguous",
             head_dim: int = 0, axis: AxisOf() = AXIS, *, recompute: bool = True,
             regather: bool = False):
     """The scheme as a function of global arrays: ``fn(q, k, v)`` (``[B, S, n, d_h]``, sharded

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from tpviz.core.kinds import Callback, Of, Rate, SystemLike, Time
+from tpviz.core.kinds import Callback, Count, Of, Rate, SystemLike, Time
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -52,7 +52,7 @@ class Collective:
 
     kind: str
     bytes: int
-    group_size: int
+    group_size: Count
     dtype: str = ""
     shape: tuple[int, ...] = ()
     axes: tuple[str, ...] = ()

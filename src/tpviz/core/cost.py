@@ -19,7 +19,6 @@ line, and gathers at half the bandwidth of a ring). A GPU group is priced on its
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -27,7 +26,8 @@ from tpviz.core import hardware as hw
 from tpviz.core.collectives import Collective
 from tpviz.core.hardware.gpu import NCCL_BASE, GpuCluster, GpuSystem
 from tpviz.core.hardware.tpu import TpuSlice, TpuSystem
-from tpviz.core.kinds import Amount, Any_, Devices, Sizes, SystemLike
+from tpviz.core.kinds import Amount, Any_, Devices, Of, Sizes, SystemLike
+from tpviz.core.rules import Instance, Seq
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,8 @@ def system(value: Any_, name: str = "system") -> System:
 _system = system  # for the functions below, whose argument is also called ``system``
 
 
-def estimate(flops: Amount, collectives: Sequence[Collective], system: SystemLike) -> Estimate:
+def estimate(flops: Amount, collectives: Of(Seq(Instance(Collective), 0)),
+             system: SystemLike) -> Estimate:
     """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each
     priced by :meth:`System.price` (groups packed into nodes)."""
     system = _system(system)

@@ -91,9 +91,10 @@ def OneOf(options):
 
 
 def Sizes(maximum: int | None = EXACT, why: str = "", *, minimum: int = 1,
-          length: int | None = None):
-    """A shape: a tuple of integers in ``[minimum, maximum]``, of ``length`` if given."""
-    return Annotated[tuple, Seq(Int(minimum, maximum, why), length or 0, length)]
+          length: int | None = None, least: int = 0):
+    """A shape: a tuple of integers in ``[minimum, maximum]``, of ``length`` if given (else of at
+    least ``least`` items)."""
+    return Annotated[tuple, Seq(Int(minimum, maximum, why), length or least, length)]
 
 
 def ArrayOf(ndim: int | str | None = None, *, finite: bool = False, integer: bool = False,

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec
 from tpviz.core import kinds
 from tpviz.core import validate as _validate  # the module of argument checks
 from tpviz.core.kinds import Any_, Dtype, Sizes, SpecLike
-from tpviz.core.notation import as_spec, axes_of
+from tpviz.core.notation import as_spec, axes_of, parse
 from tpviz.errors import ArgumentTypeError, ShardingError
 
 MeshShape = kinds.MeshShape  # {axis: size} or a jax Mesh
@@ -45,6 +45,9 @@ def dtype_of(dtype: Any_) -> np.dtype:
             and re.fullmatch(r"(u?int|float|[iufc])\d+", dtype)):
         raise ShardingError(f"dtype {dtype!r} is NumPy's old code for {found.name}; write "
                             f"{found.name!r} if you mean it.")
+    if isinstance(dtype, str) and dtype not in _SHORT_DTYPES and found.name != dtype:
+        raise ShardingError(f"dtype {dtype!r} is an alias NumPy reads as {found.name} (torch reads "
+                            f"'float' as float32): write {found.name!r}.")
     if _SUB_BYTE.match(found.name):
         raise ShardingError(f"dtype {found.name!r} packs several values into a byte, and tpviz "
                             "counts whole bytes per element; use 'int8' or 'fp8' (and halve "
@@ -64,9 +67,14 @@ def validate_spec(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> Part
         ShardingError: more spec entries than dimensions, an unknown or repeated mesh axis, or a
             dimension not divisible by the product of its mesh axes.
     """
+    written = spec
     spec = as_spec(spec)
     shape = array_shape("shape", shape)
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
+    if isinstance(written, str) and len(parse(written).dims) != len(shape):
+        raise ShardingError(f"spec {written!r} names {len(parse(written).dims)} dimension(s), "
+                            f"but shape {shape} has {len(shape)}: write one letter per "
+                            f"dimension (e.g. 'A[I_X, J]' for a matrix).")
     if len(spec) > len(shape):
         raise ShardingError(
             f"the spec {spec} has {len(spec)} entries but the array has only {len(shape)} "
@@ -77,8 +85,8 @@ def validate_spec(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> Part
         for axis in axes_of(entry):
             if axis not in mesh_shape:
                 raise ShardingError(
-                    f"unknown mesh axis {axis!r} in {spec}; the mesh has axes "
-                    f"{', '.join(map(repr, mesh_shape))}."
+                    f"spec {spec} names an unknown mesh axis {axis!r}: mesh_shape has axes "
+                    f"{', '.join(map(repr, mesh_shape)) or 'none'}; use one of those."
                 )
             if axis in seen:
                 raise ShardingError(
@@ -89,9 +97,9 @@ def validate_spec(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> Part
         parts = math.prod(mesh_shape[a] for a in axes_of(entry))
         if shape[dim] % parts:
             raise ShardingError(
-                f"dimension {dim} of the array (size {shape[dim]}) does not divide into {parts} "
-                f"equal parts over mesh axes {axes_of(entry)}; choose a size that is a multiple of "
-                f"{parts}, or shard that dimension over fewer devices."
+                f"dimension {dim} of shape {shape} (size {shape[dim]}) does not divide into "
+                f"{parts} equal parts over mesh axes {axes_of(entry)}; choose a size that is a "
+                f"multiple of {parts}, or shard that dimension over fewer devices."
             )
     return spec
 
@@ -101,7 +109,12 @@ def array_shape(name: str, shape: Any_) -> tuple[int, ...]:
     if isinstance(shape, str) or not hasattr(shape, "__iter__"):
         raise ArgumentTypeError(f"{name} must be a tuple of sizes such as (8, 16), got "
                                 f"{type(shape).__name__} {shape!r}.")
-    return tuple(_validate.integer(f"{name}[{i}]", s, minimum=0) for i, s in enumerate(shape))
+    sizes = tuple(_validate.integer(f"{name}[{i}]", s, minimum=0) for i, s in enumerate(shape))
+    if math.prod(sizes) > 2**53:
+        raise ShardingError(f"{name} = {sizes} has {math.prod(sizes):,} elements, more than the "
+                            f"bound of 2**53 (beyond it counts of elements and bytes are not exact "
+                            f"in floating point; no machine holds such an array).")
+    return sizes
 
 
 def shard_shape(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> tuple[int, ...]:
@@ -109,7 +122,7 @@ def shard_shape(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> tuple[
 
     ``mesh_shape`` maps axis names to sizes (a ``jax.sharding.Mesh`` works too)."""
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
-    _validate.bounded("devices in the mesh (one holder list entry each)",
+    _validate.bounded("devices in mesh_shape (one holder list entry each)",
                       math.prod(mesh_shape.values()), MAX_BLOCK_DEVICES,
                       "Draw or list a smaller mesh: the layout of a 4 × 8 mesh shows the same "
                       "pattern as a 4096 × 4096 one.")
@@ -156,7 +169,7 @@ def blocks(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> list[Block]
     A dimension split over several axes ``(X, Y)`` is numbered ``X`` major: block ``x * |Y| + y``.
     """
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
-    _validate.bounded("devices in the mesh (one holder list entry each)",
+    _validate.bounded("devices in mesh_shape (one holder list entry each)",
                       math.prod(mesh_shape.values()), MAX_BLOCK_DEVICES,
                       "Draw or list a smaller mesh: the layout of a 4 × 8 mesh shows the same "
                       "pattern as a 4096 × 4096 one.")

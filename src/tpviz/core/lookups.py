@@ -43,6 +43,9 @@ class MeshShapeRule(Rule):
 
     def check(self, name, value, error):
         sizes = v.mesh_shape(name, value)
+        if not sizes:
+            raise error(f"{name} = {v._short(value)} has no axes: give at least one, e.g. "
+                        f"{{'X': 8}}.")
         total = math.prod(sizes.values())
         if total > 2**20:
             raise error(f"{name} = {v._short(value)} has {total:,} devices, more than the bound "
@@ -252,8 +255,9 @@ def _named(name: str, lookup, value) -> None:
     try:
         lookup(value)
     except TpvizError as e:
-        if e.args and not str(e.args[0]).startswith(name):
-            e.args = (f"{name}: {e.args[0]}", *e.args[1:])
+        text = str(e.args[0]).removeprefix("spec_or_notation: ") if e.args else ""
+        if e.args and not text.startswith(name):
+            e.args = (f"{name}: {text}", *e.args[1:])
         raise
 
 

@@ -104,6 +104,9 @@ def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None
                 ) -> str:
     """Print a ``PartitionSpec`` in the notation: ``P("X", None)`` -> ``"A[I_X, J]"``."""
     ndim = max(len(spec), ndim or 0, len(dims or ()))
+    if dims and len(dims) != ndim:
+        raise NotationError(f"dims = {tuple(dims)!r} names {len(dims)} dimension(s), but the "
+                            f"array has {ndim} (spec {spec}, ndim {ndim}): give one letter each.")
     dims = tuple(dims) if dims else tuple(DIM_LETTERS[:ndim])
     entries = list(spec) + [None] * (ndim - len(spec))
     parts = []
@@ -123,12 +126,16 @@ def as_spec(spec_or_notation: Any_) -> PartitionSpec:
     if isinstance(spec_or_notation, PartitionSpec):
         return spec_or_notation
     if isinstance(spec_or_notation, str):
-        return parse(spec_or_notation).spec
+        try:
+            return parse(spec_or_notation).spec
+        except NotationError as e:
+            e.args = (f"spec_or_notation: {e.args[0]}", *e.args[1:])
+            raise
     if not isinstance(spec_or_notation, tuple | list):
         raise NotationError(
-            f"a layout must be a PartitionSpec, a notation string such as 'A[I_X, J]' or a tuple "
-            f"of entries such as ('X', None), got {type(spec_or_notation).__name__} "
-            f"{spec_or_notation!r:.60}.")
+            f"spec_or_notation: a layout must be a PartitionSpec, a notation string such as "
+            f"'A[I_X, J]' or a tuple of entries such as ('X', None), got "
+            f"{type(spec_or_notation).__name__} {spec_or_notation!r:.60}.")
     return PartitionSpec(*spec_or_notation)
 
 

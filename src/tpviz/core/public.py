@@ -50,8 +50,8 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
         real = isinstance(default, int | float) and not isinstance(default, bool)
         low = None if result or record or (real and default < 0) else 0.0
         return r.Real(low, infinite=real and math.isinf(default))
-    if annotation is str:
-        return r.Text()
+    if annotation is str:  # a name: not "" unless that is its default (a title, a prefix)
+        return r.Text(empty=default == "" or result or record)
     if origin is typing.Literal:
         return r.Choice(args)
     if origin in (typing.Union, types.UnionType):

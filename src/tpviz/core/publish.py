@@ -24,6 +24,11 @@ def publish(namespace: dict, *, error: type[Exception] = ArgumentError) -> None:
                                                  f"{obj.__name__}.{inner}"))
         elif obj is not None:
             namespace[name] = _publish_one(obj, error, f"{package}.{name}")
+    explore = sys.modules.get(f"{package}.explore")  # its render_* functions: benchmarks' too
+    if explore is not None:
+        for inner in members(explore):
+            setattr(explore, inner, _publish_one(getattr(explore, inner), error,
+                                                 f"{explore.__name__}.{inner}"))
 
 
 def members(module: types.ModuleType) -> list[str]:

@@ -107,13 +107,20 @@ class FlagRule(Rule):
 
 
 class Text(Rule):
-    __slots__ = ()
+    """A string; not empty unless ``empty`` (a name, a title given as "", ...)."""
+
+    __slots__ = ("empty",)
     what = "a string"
+
+    def __init__(self, empty: bool = True):
+        self.empty = empty
 
     def check(self, name, value, error):
         if not isinstance(value, str):
             raise ArgumentTypeError(f"{name} must be a string, got {v._short(value)} "
                                     f"({type(value).__name__}).")
+        if not self.empty and not value.strip():
+            raise error(f"{name} must be a non-empty name, got {value!r}.")
 
 
 class Choice(Rule):
@@ -128,11 +135,19 @@ class Choice(Rule):
     def check(self, name, value, error):
         options = self.options() if callable(self.options) else self.options
         try:
-            if value in options and not isinstance(value, bool):
+            if value in options and not isinstance(value, bool) and any(
+                    type(value) is type(o) or isinstance(o, str) for o in options if o == value):
                 return
         except TypeError:  # unhashable
             pass
-        v.choice(name, value, options, error=error)
+        if isinstance(value, float) and value in options:  # 2.0 for the option 2
+            raise ArgumentTypeError(f"{name} must be one of {_listed(options)}, got the float "
+                                    f"{value!r}; give the integer.")
+        v.choice(name, value, list(dict.fromkeys(options)), error=error)
+
+
+def _listed(options) -> str:
+    return ", ".join(repr(o) for o in dict.fromkeys(options))
 
 
 _NAMES = {"P": "PartitionSpec (e.g. P('X', None))"}  # classes known by another name

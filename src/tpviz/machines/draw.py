@@ -10,12 +10,13 @@ from matplotlib.figure import Figure
 
 from tpviz.core import hardware as hw
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, figure
-from tpviz.core.kinds import Callback, Sizes
+from tpviz.core.kinds import Callback, OneOf, Sizes
 from tpviz.errors import ArgumentError, ArgumentTypeError
 
 
-def roofline(chip: str = "TPU v5e", dtype: str = "bf16",
-             batches: Sizes() = (16, 64, 240, 1024, 4096),
+def roofline(chip: OneOf(lambda: [*hw.CHIPS, *hw.SYSTEMS]) = "TPU v5e", dtype: str = "bf16",
+             batches: Sizes(2**20, "a batch beyond it is off the chart", length=None,
+                            least=1) = (16, 64, 240, 1024, 4096),
              d: int = 8192, f: int = 8192) -> Figure:
     """Attainable FLOP/s against arithmetic intensity on ``chip`` (log-log): the HBM slope,
     the compute roof, the ridge, and the matmuls ``X[B, D] · W[D, F]`` of ``batches``."""

@@ -106,6 +106,9 @@ def attention(x: ArrayOf("B S H"), wq: ArrayOf("H Q"), wk: ArrayOf("H Q"), wv: A
     fused QKV layer, so one f), ``wo: [heads/N * head_dim, H]`` (row-parallel). The projections'
     outputs are named ``"qkv"`` and ``"attention_out"`` for ``jax.checkpoint`` policies."""
     batch, seq, _ = x.shape
+    if wq.shape[-1] % head_dim:
+        raise ShardingError(f"head_dim = {head_dim} does not divide wq's {wq.shape[-1]} columns "
+                            f"(a device's heads × head_dim): give the width of one head.")
     q, k, v = (checkpoint_name(t, "qkv").reshape(batch, seq, -1, head_dim)  # [b, s, heads/N, d]
                for t in column_parallel(x, (wq, wk, wv), axis))
     scores = jnp.einsum("bqnd,bknd->bnqk", q, k) / math.sqrt(head_dim)

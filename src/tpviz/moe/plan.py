@@ -185,6 +185,9 @@ def route(logits: ArrayOf("T E", finite=True), top_k_: int, capacity_factor: Fac
     """Top-k choices, gates and the GShard drop rule for ``logits[T, E]`` split into groups."""
     logits = _logits(logits)
     t, e = logits.shape
+    if isinstance(top_k_, int) and top_k_ > e:
+        raise ArgumentError(f"top_k_ = {top_k_} is more than the {e} experts of logits: a token "
+                            f"cannot pick more experts than there are. Use top_k_ <= {e}.")
     validate(t, e, top_k_, capacity_factor, 1)
     groups = _groups(t, groups)
     c = capacity(t // groups, e, top_k_, capacity_factor)

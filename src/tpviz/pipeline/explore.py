@@ -10,6 +10,7 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
 from tpviz.core.figures import palette, text_colour
+from tpviz.core.kinds import Rate
 from tpviz.core.live import FONT, OUTLINE, PLOT_PX, Grid, LiveFigure, notes
 from tpviz.core.validate import bounded
 from tpviz.core.widgets import Controls, Live, live
@@ -25,7 +26,7 @@ FOOTER_CHARS = 88
 
 
 def render_pipeline(name: str, stages: int, microbatches: int, chunks: int,
-                    backward_ratio: float) -> Figure:
+                    backward_ratio: Rate) -> Figure:
     """The figure ``explore_pipeline`` shows: the Gantt chart, and simulated vs formula."""
     v = chunks if name == "interleaved" else 1
     bounded("stages × microbatches × chunks (bars of the Gantt chart)", stages * microbatches * v,

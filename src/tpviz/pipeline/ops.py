@@ -54,6 +54,12 @@ class Schedule:
         ``2p-1-c`` ("v", ZB-V and DualPipeV); ``c`` for the first half of the microbatches and
         ``p-1-c`` for the second ("bidirectional", Chimera and DualPipe)."""
         p = self.stages
+        if chunk >= p * self.chunks or microbatch >= self.microbatches:
+            from tpviz.errors import ScheduleError
+
+            raise ScheduleError(f"chunk = {chunk}, microbatch = {microbatch}: this schedule has "
+                                f"chunks 0 to {p * self.chunks - 1} and microbatches 0 to "
+                                f"{self.microbatches - 1}.")
         if self.placement == "v":
             return chunk if chunk < p else 2 * p - 1 - chunk
         if self.placement == "bidirectional":

@@ -6,15 +6,15 @@ import textwrap
 
 from matplotlib.figure import Figure
 
-from tpviz.core.kinds import Index
+from tpviz.core.kinds import Devices, Index, OneOf, Positive
 from tpviz.core.live import Grid, LiveFigure, notes
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.zero.draw import memory_bars
-from tpviz.zero.plan import MODELS, PRECISIONS, memory, smallest_devices
+from tpviz.zero.plan import MODELS, PRECISIONS, STAGES, memory, smallest_devices
 
 
-def render_zero(model: str, billions: float, devices: int, stage: Index, precision: str,
-                accelerator_gb: float) -> Figure:
+def render_zero(model: str, billions: Positive, devices: Devices, stage: OneOf(STAGES),
+                precision: OneOf(PRECISIONS), accelerator_gb: Positive) -> Figure:
     """The figure ``explore_zero`` shows: memory bars of all stages, the chosen one outlined."""
     params = MODELS[model] if model in MODELS else billions * 1e9
     p, g, o = PRECISIONS[precision]
