@@ -129,6 +129,12 @@ def unavailable(names: Iterable[str]) -> Iterator[list[str]]:
         if event == "call" and frame.f_code in watched:
             called.append(watched[frame.f_code])  # (raising switches the watch off: done)
             raise Unavailable(watched[frame.f_code])
+        if event == "call" and frame.f_code.co_name == "checked" and \
+                frame.f_globals.get("__name__") == "tpviz.core.public":  # a public wrapper:
+            code = getattr(frame.f_locals.get("fn"), "__code__", None)  # its checks come first
+            if code in watched:
+                called.append(watched[code])
+                raise Unavailable(watched[code])
         if event == "c_call" and arg is _SETPROFILE and not closing:
             called.append("sys.setprofile")  # switching the watch off, even for a moment
             raise Unavailable("sys.setprofile")
