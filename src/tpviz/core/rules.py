@@ -135,8 +135,8 @@ class Choice(Rule):
     def check(self, name, value, error):
         options = self.options() if callable(self.options) else self.options
         try:
-            if value in options and not isinstance(value, bool) and any(
-                    type(value) is type(o) or isinstance(o, str) for o in options if o == value):
+            floats = isinstance(value, float) and not any(isinstance(o, float) for o in options)
+            if value in options and not isinstance(value, bool) and not floats:
                 return
         except TypeError:  # unhashable
             pass
