@@ -26,6 +26,7 @@ from tpviz.context.plan import check_sizes
 from tpviz.context.ring import own_block, step
 from tpviz.core import compiled
 from tpviz.core.kinds import COMPILED, HELD, Devices, Index, Size
+from tpviz.core.validate import bounded
 
 
 def device_program(me: Index, devices: Devices, layout: str = "contiguous"):
@@ -54,7 +55,7 @@ def _flops(fn, *args, compile: bool) -> float:
 
 def flops_per_device(sequence: Size(2**14, COMPILED), heads: Size(64, HELD),
                      devices: Size(64, COMPILED) = 8, layout: str = "contiguous",
-                     head_dim: int = 8, compile: bool = False) -> list[float]:
+                     head_dim: Size(1024, HELD) = 8, compile: bool = False) -> list[float]:
     """FLOPs of each device's causal ring attention (forward), from XLA's cost analysis of each
     device's program (lowered, or with ``compile`` compiled).
 
@@ -62,6 +63,8 @@ def flops_per_device(sequence: Size(2**14, COMPILED), heads: Size(64, HELD),
         ArgumentError, ShardingError: sizes that do not split (``plan.check_sizes``).
     """
     z = check_sizes("ring", sequence, heads, devices, layout=layout)
+    bounded("sequence × heads × head_dim (the keys and values held)", sequence * heads * head_dim,
+            2**25, "Use fewer tokens, heads or a narrower head: the FLOPs scale from there.")
     n, a, layout, c = z.devices, z.heads, z.layout, z.sequence // z.devices
     q = np.zeros((1, c, a, head_dim), np.float32)
     kv = np.zeros((n, 1, c, a, head_dim), np.float32)
