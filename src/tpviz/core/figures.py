@@ -124,7 +124,8 @@ def frame(canvas: FigureCanvasAgg) -> Image.Image:
     return Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB")
 
 
-def gif(images: Sequence[Image.Image], alt: str, ms_per_frame: int = 250) -> Animation:
+def gif(images: Sequence[Image.Image], alt: str,
+        ms_per_frame: Size(60_000, "a minute a frame") = 250) -> Animation:
     """An :class:`Animation` that shows ``images`` in turn, forever."""
     buf = io.BytesIO()
     images[0].save(buf, format="gif", save_all=True, append_images=list(images[1:]),

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 from tpviz.core import layout
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, Animation, frame, gif
 from tpviz.core.figures import figure as column_figure
-from tpviz.core.kinds import Axes, Index
+from tpviz.core.kinds import Axes, Index, Size
 from tpviz.core.validate import integer
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.choose import Scheme
@@ -95,7 +95,7 @@ def step(p: Plan, k: Index, ax: Axes | None = None) -> Figure:
     return ax.figure
 
 
-def animate(p: Plan, ms_per_frame: int = 1400) -> Animation:
+def animate(p: Plan, ms_per_frame: Size(60_000, "a minute a frame") = 1400) -> Animation:
     """All steps of the plan in turn, as an animated GIF (it plays in the static book too)."""
     images = [frame(FigureCanvasAgg(step(p, k))) for k in range(len(p.steps))]
     return gif(images, f"The {len(p.steps)} steps of the 2D MLP on a data={p.mesh[DATA]} × "
