@@ -52,7 +52,7 @@ def test_2bw_update_rule_on_real_arrays():
     np.testing.assert_allclose(out[3], out[2] - 0.05 * out[1])
 
 
-def train_two_bw(w0, grad, lr, steps):  # the chapter's solution of Exercise 8.4
+def train_two_bw(w0, grad, lr, steps):  # 2BW's rule as a plain loop (8.4 now runs it on the mesh)
     prev = cur = w0
     out = [w0]
     for _ in range(steps):
@@ -169,58 +169,14 @@ def test_weight_memory_checker(capsys):
     fails(ex.check_weight_memory, 36, 8, words="double-buffers")
 
 
-def _chimera_solution(p):
-    from tpviz.pipeline import schedule
-
-    return [[tuple(op) for op in ops] for ops in schedule("chimera", p, p).ops]
-
-
-def test_chimera_checker(capsys):
-    passes(ex.check_chimera, _chimera_solution, capsys=capsys)
-    # one pipeline only
-    fails(ex.check_chimera, lambda p: [[(k, i, d) for k in "FB" for i in range(p)]
-                                       for d in range(p)], words="one pipeline")
-    # GPipe-like: every forward first, then every backward (valid, bubble too large)
-    def gpipe_like(p):
-        good = _chimera_solution(p)
-        return [[o for o in ops if o[0] == "F"] + [o for o in ops if o[0] == "B"]
-                for ops in good]
-    fails(ex.check_chimera, gpipe_like, words="bubble")
-    # backwards before forwards: deadlocks
-    fails(ex.check_chimera, lambda p: [list(reversed(ops)) for ops in _chimera_solution(p)],
-          words="deadlocks")
-    fails(ex.check_chimera, lambda p: [[("F", 0, 0)]], words="F and B|lists")
-
-
-def test_two_bw_checker(capsys):
-    passes(ex.check_two_bw, train_two_bw, capsys=capsys)
-
-    def sgd(w0, grad, lr, steps):
-        out = [w0]
-        for _ in range(steps):
-            out.append(out[-1] - lr * grad(out[-1]))
-        return out
-
-    def two_behind(w0, grad, lr, steps):
-        out = [w0, w0 - lr * grad(w0)]
-        for t in range(1, steps):
-            out.append(out[t] - lr * grad(out[max(t - 2, 0)]))
-        return out
-
-    def nan(w0, grad, lr, steps):
-        return [w0 * np.nan] * (steps + 1)
-
-    fails(ex.check_two_bw, sgd, words="plain SGD")
-    fails(ex.check_two_bw, two_behind, words="differs")
-    fails(ex.check_two_bw, nan, words="NaN")
-    fails(ex.check_two_bw, lambda w0, grad, lr, steps: [w0], words="list")
-
-
 def test_memory_cap_checker(capsys):
+    # p = 8, m = 16: zb-v idles 6.8 %, zb-h1 12.7 % (both fit); 1f1b 30.4 %; dualpipe holds
+    # two weight copies, zb-h2 15 microbatches
     passes(ex.check_memory_cap, "zb-v", capsys=capsys)
+    passes(ex.check_memory_cap, "zb-h1", capsys=capsys)
     fails(ex.check_memory_cap, "dualpipe", words="weights")
     fails(ex.check_memory_cap, "zb-h2", words="activations")
-    fails(ex.check_memory_cap, "1f1b", words="idles less")
+    fails(ex.check_memory_cap, "1f1b", words="idles 30.4%")
     fails(ex.check_memory_cap, "pipedream", words="asynchronous")
 
 

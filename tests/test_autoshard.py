@@ -308,24 +308,27 @@ def test_widget_renders():
 
 
 def test_check_edge_bytes(capsys):
-    v = 1024 * 4096 * 4
-    passes(ex.check_edge_bytes, 7 / 8 * v, capsys=capsys)
+    v = 2048 * 1024 * 4  # float32 [2048, 1024] on 4 devices
+    passes(ex.check_edge_bytes, 3 / 4 * v, capsys=capsys)
     fails(ex.check_edge_bytes, v, words="whole array")
-    fails(ex.check_edge_bytes, v / 8, words="one device's block")
-    fails(ex.check_edge_bytes, 2 * 7 / 8 * v, words="all-reduce")
+    fails(ex.check_edge_bytes, v / 4, words="one device's block")
+    fails(ex.check_edge_bytes, 2 * 3 / 4 * v, words="all-reduce")
+    fails(ex.check_edge_bytes, 7 / 8 * 1024 * 4096 * 4, words="bytes sent")  # the chapter's
     ex.check_edge_bytes(...)
     assert "not attempted" in capsys.readouterr().out
 
 
 def test_check_gelu_layout(capsys):
-    passes(ex.check_gelu_layout, "A[B, F_X]", capsys=capsys)
-    fails(ex.check_gelu_layout, "A[B, H_X]", words=r"\[B, F\]")  # right split, wrong array
-    fails(ex.check_gelu_layout, "A[B_X, F]", words="all-to-all")
+    # B = 16,384 tokens > F = 4,096: the solver runs data parallelism, rows split
+    assert auto.is_data_parallel(auto.solve(auto.mlp(16384, 1024, 4096), {"X": 8}, H100))
+    passes(ex.check_gelu_layout, "A[B_X, F]", capsys=capsys)
+    fails(ex.check_gelu_layout, "A[B_X, H]", words=r"\[B, F\]")  # right split, wrong array
+    fails(ex.check_gelu_layout, "A[B, F_X]", words="Megatron layout")  # the chapter's B = 1,024
     fails(ex.check_gelu_layout, "A[B, F]", words="not the layout")
     fails(ex.check_gelu_layout, "A(B)", words="cannot read")
-    passes(ex.check_gelu_layout, "Tmp[B, F_X]", capsys=capsys)
-    fails(ex.check_gelu_layout, "W_1[B, F_X]", words="another array")  # right layout, a weight
-    fails(ex.check_gelu_layout, "Out[B, F_X]", words="another array")
+    passes(ex.check_gelu_layout, "Tmp[B_X, F]", capsys=capsys)
+    fails(ex.check_gelu_layout, "W_1[B_X, F]", words="another array")  # right layout, a weight
+    fails(ex.check_gelu_layout, "Out[B_X, F]", words="another array")
 
 
 def _constraints(nu, nv, marginals=True, one=True, upper=False):
@@ -412,14 +415,16 @@ def test_check_column_parallel_bytes(capsys):
 
 
 def test_check_switch_batch(capsys):
-    passes(ex.check_switch_batch, 3072, capsys=capsys)
-    passes(ex.check_switch_batch, np.int64(3072), capsys=capsys)  # a NumPy integer is a number
-    fails(ex.check_switch_batch, 3300, words="already uses data parallelism")  # 7 % too many
-    fails(ex.check_switch_batch, 2900, words="still picks Megatron")
-    for near in (3073, 3076, 3080):  # within one bisection step: no longer accepted
+    # GPT-2 large's MLP, H = 1280, F = 5120: the formulas' B* = F (2·B·H = 2·H·F)
+    passes(ex.check_switch_batch, 5120, capsys=capsys)
+    passes(ex.check_switch_batch, np.int64(5120), capsys=capsys)  # a NumPy integer is a number
+    fails(ex.check_switch_batch, 5500, words="already uses data parallelism")  # 7 % too many
+    fails(ex.check_switch_batch, 4800, words="still picks Megatron")
+    for near in (5121, 5124, 5128):  # within one bisection step: no longer accepted
         fails(ex.check_switch_batch, near, words="close")
-    fails(ex.check_switch_batch, 768, words="still picks Megatron")  # B* = H
-    fails(ex.check_switch_batch, 4 * 3072, words="already uses data parallelism")
+    fails(ex.check_switch_batch, 1280, words="still picks Megatron")  # B* = H
+    fails(ex.check_switch_batch, 3072, words="still picks Megatron")  # the chapter's GPT-2 small
+    fails(ex.check_switch_batch, 4 * 5120, words="already uses data parallelism")
     fails(ex.check_switch_batch, "F", words="number")
 
 
@@ -473,24 +478,3 @@ def test_solver_status_is_checked(monkeypatch):
         with pytest.raises(error, match=words):
             auto.solve(g, {"X": 8}, H100)
 
-
-MEGATRON = dict(x=P(), w1=P(None, "X"), h=P(None, "X"), w2=P("X", None), y=P())
-
-
-def test_check_megatron_shardings(capsys):
-    from tpviz.autoshard.builds import check_megatron_shardings, planned
-
-    assert auto.is_megatron(planned())  # the solver's own choice at these sizes
-    passes(check_megatron_shardings, lambda: dict(MEGATRON), capsys=capsys)
-    # data parallelism: every device holds the whole weights
-    fails(check_megatron_shardings, lambda: dict(x=P("X", None), w1=P(), h=P("X", None),
-                                                 w2=P(), y=P()), words="whole W1")
-    # the weights split the other way round: right values, other collectives
-    fails(check_megatron_shardings, lambda: {**MEGATRON, "w1": P("X", None),
-                                             "w2": P(None, "X")}, words="right values")
-    # the hidden layer gathered between the matmuls
-    fails(check_megatron_shardings, lambda: {**MEGATRON, "h": P()}, words="gathers")
-    # y left split over the devices
-    fails(check_megatron_shardings, lambda: {**MEGATRON, "y": P(None, "X")}, words="split")
-    fails(check_megatron_shardings, lambda: [P()] * 5, words="dict")
-    fails(check_megatron_shardings, lambda: 1 / 0, words="ZeroDivisionError")

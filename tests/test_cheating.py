@@ -97,7 +97,7 @@ BYTES = [("check_bytes_per_device", 4096 // 2 * 8192 // 4 * 2),
          ("check_fsdp_bytes", 4 * (64 * 64 + 64) * 2 / 8),
          ("check_weight_bytes", (4 * 12288**2 + 2 * 12288 * 4 * 12288) * 2 // 8),
          ("check_ring_attention_bytes", 7 * 2 * (32768 // 8) * 4096 * 2),
-         ("check_edge_bytes", 7 / 8 * 1024 * 4096 * 4),
+         ("check_edge_bytes", 3 / 4 * 2048 * 1024 * 4),
          ("check_column_parallel_bytes", 2 * 7 / 8 * 1024 * 4096 * 4)]
 
 

@@ -241,23 +241,6 @@ def test_check_fsdp_collectives(capsys):
           words="reduce-scatters")  # counted the root as a unit
 
 
-@pytest.mark.slow
-def test_check_tp_plan_runs_the_plan_and_counts_its_collectives(capsys):
-    from checking import fails, passes
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-    from tpviz.exercises import check_tp_plan
-    passes(check_tp_plan, {"0": ColwiseParallel(), "2": RowwiseParallel()}, capsys=capsys)
-    fails(check_tp_plan, {"0": ColwiseParallel(), "2": ColwiseParallel()}, words="fails on")
-    fails(check_tp_plan, {"0": RowwiseParallel(), "2": ColwiseParallel()}, words="fails on")
-    fails(check_tp_plan, {"0": ColwiseParallel()}, words="fails on")
-    # right values, one all-gather too many: the hidden activation gathered whole
-    fails(check_tp_plan, {"0": ColwiseParallel(output_layouts=Replicate(),
-                                               use_local_output=False),
-                          "2": RowwiseParallel()}, words="right values")
-
-
 def test_check_pipeline_split(capsys):
     from checking import fails, passes
 

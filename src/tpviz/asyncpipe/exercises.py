@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from tpviz.core.exercises import Wrong, as_integer, as_number, call, checker, mesh_1d
-from tpviz.errors import TpvizError
-from tpviz.pipeline.plan import Op, Schedule
+from tpviz.core.exercises import Wrong, as_integer, as_number, checker
 from tpviz.pipeline.simulate import simulate
 
 
@@ -53,106 +47,8 @@ def check_weight_memory(pipedream, two_bw) -> str:
     return "36 against 16: 2BW's memory does not grow with the depth."
 
 
-CHIMERA_P = 4
-
-
-def _chimera_ops(got, p: int) -> tuple[tuple[Op, ...], ...]:
-    try:
-        ops = tuple(tuple(Op(str(k), as_integer(i, "a microbatch"), as_integer(c, "a chunk"))
-                          for k, i, c in device) for device in got)
-    except (TypeError, ValueError):
-        raise Wrong("return one list per device of (kind, microbatch, stage) triples such as "
-                    f"('F', 0, 0); got {str(got)[:80]}.") from None
-    if len(ops) != p:
-        raise Wrong(f"return {p} lists, one per device; got {len(ops)}.")
-    return ops
-
-
-@checker("Build: Chimera's schedule for p = 4")
-def check_chimera(fn) -> str:
-    """``fn(p)`` → per device, (kind, microbatch, stage) triples of Chimera's unit of m = p
-    microbatches: 0 … p/2-1 go down (stage s on device s), p/2 … p-1 up (stage s on device
-    p-1-s)."""
-    p = CHIMERA_P
-    ops = _chimera_ops(call(fn, p, what=f"chimera({p})"), p)
-    half = p // 2
-    for d in range(p):
-        want = ({("F", i, d) for i in range(half)} | {("B", i, d) for i in range(half)} |
-                {("F", i, p - 1 - d) for i in range(half, p)} |
-                {("B", i, p - 1 - d) for i in range(half, p)})
-        got = set(ops[d])
-        if got != want or len(ops[d]) != len(want):
-            if all(c == d for _, _, c in ops[d]):
-                raise Wrong(f"device {d} runs only stage {d}: that is one pipeline, not two.",
-                            f"Microbatches {half} … {p - 1} go up: stage s on device p-1-s.")
-            raise Wrong(f"device {d} should run F and B of microbatches 0 … {half - 1} at "
-                        f"stage {d} and of {half} … {p - 1} at stage {p - 1 - d}, each once.")
-    sched = Schedule("chimera", p, p, 1, ops, "bidirectional")
-    try:
-        t = simulate(sched, 1.0, 1.0)
-    except TpvizError:
-        raise Wrong("your order deadlocks: some device waits for an op that waits for it.",
-                    "On each device, an op may only wait for ops earlier in other devices' "
-                    "lists.") from None
-    want_bubble = (p - 2) / (2 * p + p - 2)
-    if t.bubble_fraction > want_bubble + 1e-9:
-        raise Wrong(f"valid, but the bubble is {t.bubble_fraction:.1%}; Chimera reaches "
-                    f"{want_bubble:.1%} (t_F = t_B).", "Run a ready backward before a forward, "
-                    "and the forward furthest along the model first.")
-    return f"bubble {t.bubble_fraction:.1%} = (p-2)/(2m+p-2), peak activations " \
-           f"{list(t.peak_activations)}."
-
-
-def _two_bw_reference(w0, grad, lr, steps):
-    out, prev, cur = [w0], w0, w0
-    for _ in range(steps):
-        prev, cur = cur, cur - lr * grad(prev)
-        out.append(cur)
-    return out
-
-
-@checker("Build: PipeDream-2BW's update on real arrays")
-def check_two_bw(fn) -> str:
-    """``fn(w0, grad, lr, steps)`` → [W(0), W(1), …, W(steps)] with
-    w(t+1) = w(t) - lr grad(w(t-1)) and w(-1) = w(0); w0 sharded over 4 devices."""
-    mesh = mesh_1d(4, "stage")
-    rng = np.random.default_rng(3)
-    a = rng.standard_normal((8, 8), dtype=np.float32)
-    target = jax.device_put(a @ a.T / 8 + np.eye(8, dtype=np.float32),
-                            NamedSharding(mesh, P("stage")))
-    w0 = jax.device_put(rng.standard_normal((8, 8), dtype=np.float32),
-                        NamedSharding(mesh, P("stage")))
-
-    def grad(w):  # the gradient of 0.5 |w target - 1|^2, a quadratic
-        return (w @ target - 1.0) @ target.T
-
-    lr, steps = 0.05, 5
-    got = call(fn, w0, grad, lr, steps, what="two_bw(w0, grad, lr, steps)")
-    if not hasattr(got, "__len__") or len(got) != steps + 1:
-        raise Wrong(f"return the list [W(0), …, W({steps})] of {steps + 1} arrays.")
-    want = _two_bw_reference(w0, grad, lr, steps)
-    sgd = [w0]
-    for _ in range(steps):
-        sgd.append(sgd[-1] - lr * grad(sgd[-1]))
-    for t, (g, w, s) in enumerate(zip(got, want, sgd, strict=True)):
-        g = jnp.asarray(g)
-        if g.shape != w.shape:
-            raise Wrong(f"W({t}) has shape {g.shape}, expected {w.shape}.")
-        if not bool(jnp.all(jnp.isfinite(g))):
-            raise Wrong(f"W({t}) holds NaN or inf.")
-        if np.allclose(g, w, rtol=1e-5, atol=1e-6):
-            continue
-        if np.allclose(g, s, rtol=1e-5, atol=1e-6):
-            raise Wrong(f"W({t}) is plain SGD: the gradient at W(t), not at W(t-1).",
-                        "2BW's gradient comes from the version before the current one.")
-        raise Wrong(f"W({t}) differs from W(t-1) - lr grad(W(t-2)) (largest error "
-                    f"{float(jnp.max(jnp.abs(g - w))):.2e}).",
-                    "Keep two versions: the current one, updated, and the one before, "
-                    "differentiated; start with both equal to W(0).")
-    return "two versions, one update behind: w(t+1) = w(t) - η ∇f(w(t-1)), exactly."
-
-
-MEMORY_CAP = {"stages": 8, "microbatches": 16, "weights": 1.0, "activations": 8}
+MEMORY_CAP = {"stages": 8, "microbatches": 16, "weights": 1.0, "activations": 8,
+              "bubble": 0.15}
 CANDIDATES = ("1f1b", "zb-h1", "chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev",
               "pipedream", "2bw")
 
@@ -171,10 +67,10 @@ def _fits(name: str):
 @checker("Design: a schedule under a memory cap")
 def check_memory_cap(name) -> str:
     """p = 8, m = 16, t_F = t_B = t_W: synchronous semantics, at most one stage's weights and
-    8 microbatches of full-stage activations per device: the schedule with the least bubble."""
+    8 microbatches of full-stage activations per device, and a bubble of at most 15 %. More
+    than one schedule meets all four; the check names the reason a schedule fails."""
     if not isinstance(name, str) or name not in CANDIDATES:
         raise Wrong(f"answer with one of the names {', '.join(CANDIDATES)}.")
-    best = min((n for n in CANDIDATES if _fits(n)[1]), key=lambda n: _fits(n)[0].bubble_fraction)
     t, _ = _fits(name)
     if max(t.staleness):
         raise Wrong(f"{name} is asynchronous: its gradients are stale, so it changes the "
@@ -185,10 +81,16 @@ def check_memory_cap(name) -> str:
     if max(t.peak_activations) / t.schedule.chunks > MEMORY_CAP["activations"]:
         raise Wrong(f"{name} holds up to {max(t.peak_activations) / t.schedule.chunks:g} "
                     "microbatches of activations on a device; the cap is 8.")
-    if name != best:
-        raise Wrong(f"{name} fits, with a bubble of {t.bubble_fraction:.1%}; another schedule "
-                    "that fits idles less.")
-    return f"{name}: bubble {t.bubble_fraction:.1%} within the cap."
+    if t.bubble_fraction > MEMORY_CAP["bubble"]:
+        raise Wrong(f"{name} fits the memory, but idles {t.bubble_fraction:.1%} of the time; "
+                    "the target is at most 15 %.", "Which schedules fill the bubble without "
+                    "holding more?")
+    others = [n for n in CANDIDATES if n != name and _fits(n)[1]
+              and _fits(n)[0].bubble_fraction <= MEMORY_CAP["bubble"]]
+    return (f"{name}: synchronous, one copy of the weights, at most "
+            f"{max(t.peak_activations) / t.schedule.chunks:g} microbatches held, bubble "
+            f"{t.bubble_fraction:.1%}." + (f" {', '.join(others)} would do too." if others
+                                             else ""))
 
 
 @checker("DualPipe's bubble against 1F1B's")

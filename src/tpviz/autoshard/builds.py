@@ -1,84 +1,133 @@
-"""Build exercise of the automatic-parallelization chapter (the exercises room, in its own
-module for length): the solver's Megatron choice run by hand, graded on the compiled program."""
+"""Build exercises of the automatic-parallelization chapter, on :mod:`tpviz.core.harness`: the
+solver's Megatron choice written as shardings (12.4), and the resharding GSPMD pays an extra
+permute for, written by hand in ``shard_map`` (12.9)."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from tpviz.core.exercises import Wrong, call, checker, expect_array
+from tpviz.core import harness
+from tpviz.core.exercises import Wrong, checker, plain
 
-RUN = dict(batch=64, hidden=256, ffn=1024, devices=8)
 KEYS = ("x", "w1", "h", "w2", "y")
+# the solver and the library's own Megatron layouts: each answers 12.4 for you
+SOLVERS = ("tpviz.autoshard.solve.solve", "tpviz.autoshard.solve.solve_problem",
+           "tpviz.autoshard.compare.megatron", "tpviz.autoshard.compare.same_strategies",
+           "tpviz.megatron.plan.specs")
 
 
-def planned():
-    """The ILP's choice for one block of B = 1,024, H = 8,192, F = 32,768 on ``{"X": 8}``
-    (H100), carried to the small block of :data:`RUN` (as the chapter runs it)."""
-    from tpviz.autoshard.compare import same_strategies
-    from tpviz.autoshard.graph import mlp
-    from tpviz.autoshard.solve import solve
-
-    r = RUN
-    big = solve(mlp(1024, 8192, 32768, layers=1), {"X": r["devices"]}, "H100 (NVLink)")
-    return same_strategies(big, mlp(r["batch"], r["hidden"], r["ffn"], layers=1))
-
-
-@checker("The solver's choice, by hand")
-def check_megatron_shardings(fn) -> str:
-    """``fn() -> {"x", "w1", "h", "w2", "y": PartitionSpec}`` on a mesh axis "X" of 8 devices:
-    no device holds a whole weight, y comes out whole, and the compiled forward holds the
-    solver's collectives for the block (one all-reduce of y)."""
-    import jax
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from tpviz.core import compiled
-    from tpviz.core.exercises import mesh_1d
-
-    specs = call(fn, what="your shardings function")
+def _specs(answer, case) -> dict:
+    """The learner's shardings, checked for form and for the exercise's two conditions."""
+    specs = plain(harness.guarded(answer, what="your shardings function", names=SOLVERS),
+                  "your shardings")
     if not isinstance(specs, dict) or set(specs) != set(KEYS):
         raise Wrong(f"return a dict with the keys {KEYS}, each a PartitionSpec.")
     if not all(isinstance(specs[k], P) for k in KEYS):
         raise Wrong("each value should be a jax.sharding.PartitionSpec, such as P(None, 'X').")
-    r = RUN
-    mesh = mesh_1d(r["devices"], "X")
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((r["batch"], r["hidden"])).astype(np.float32)
-    w1 = (rng.standard_normal((r["hidden"], r["ffn"])) / 16).astype(np.float32)
-    w2 = (rng.standard_normal((r["ffn"], r["hidden"])) / 32).astype(np.float32)
+    hint = "Which layouts of W1 and W2 let the gelu run where W1's output already is?"
+    for name, key, shape in (("W1", "w1", ("H", "F")), ("W2", "w2", ("F", "H"))):
+        if not any(specs[key]):
+            whole = case.sizes[shape[0]] * case.sizes[shape[1]] * 4
+            raise Wrong(f"every device holds the whole {name} ({whole:,} bytes): the solver's "
+                        f"plan splits both weights over the {case.n} devices.", hint)
+    if any(specs["y"]):
+        raise Wrong("y comes out split; the next block wants it whole on every device.", hint)
+    return specs
+
+
+def _block_program(answer, case):
+    specs = _specs(answer, case)
+    mesh = case.mesh
     put = {k: NamedSharding(mesh, specs[k]) for k in KEYS}
-    try:
-        args = [jax.device_put(a, put[k]) for a, k in ((x, "x"), (w1, "w1"), (w2, "w2"))]
-    except ValueError as e:
-        raise Wrong(f"a sharding does not fit its array: {e}") from None
-    hint = "Split W1 by columns and W2 by rows, and let the gelu keep W1's output layout."
-    for name, a in (("W1", args[1]), ("W2", args[2])):
-        shard = a.addressable_shards[0].data.shape
-        if shard == a.shape:
-            raise Wrong(f"every device holds the whole {name} ({a.nbytes:,} bytes): the "
-                        "solver's plan splits both weights over the 8 devices.", hint)
 
     def block(x, w1, w2):
         h = jax.lax.with_sharding_constraint(jax.nn.gelu(x @ w1), put["h"])
         return jax.lax.with_sharding_constraint(h @ w2, put["y"])
 
-    prog = jax.jit(block)
-    y = call(prog, *args, what="the block with your shardings")
-    expect_array(y, np.asarray(jax.nn.gelu(x @ w1) @ w2), what="y", rtol=1e-4, atol=1e-5)
-    if not y.sharding.is_fully_replicated:
-        raise Wrong("right values, but y comes out split; the next block wants it whole on "
-                    "every device.", hint)
-    found = compiled.collectives(prog, *args)
-    want = planned().collectives
-    got_list, want_list = [(c.kind, c.bytes) for c in found], [(c.kind, c.bytes) for c in want]
-    if got_list == want_list:
-        return f"the compiled forward holds the solver's {want_list}: Megatron's g."
-    kinds = dict(found.kinds())
-    if "all-gather" in kinds:
-        raise Wrong(f"right values, but the program gathers ({got_list}); the plan has only "
-                    f"{want_list}.", hint)
-    if "all-to-all" in kinds:
-        raise Wrong(f"right values, but the hidden layer changes layout between the matmuls "
-                    f"(an all-to-all: {got_list}); the plan has only {want_list}.", hint)
-    raise Wrong(f"right values, but the compiled collectives are {got_list} (kind, bytes); the "
-                f"plan's are {want_list}.", hint)
+    try:
+        return jax.jit(block, in_shardings=(put["x"], put["w1"], put["w2"]),
+                       out_shardings=put["y"])
+    except ValueError as e:
+        raise Wrong(f"a sharding does not fit its array: {e}") from None
+
+
+def _block_inputs(s: dict, rng) -> tuple:
+    b, h, f = s["B"], s["H"], s["F"]
+    return (rng.standard_normal((b, h), dtype=np.float32),
+            (rng.standard_normal((h, f)) / np.sqrt(h)).astype(np.float32),
+            (rng.standard_normal((f, h)) / np.sqrt(f)).astype(np.float32))
+
+
+MEGATRON = harness.Build(
+    what="the block with your shardings", layouts=("In[B, H]", "W1[H, F]", "W2[F, H]"),
+    out=None, axes=("X",), per_device=True, program=_block_program, inputs=_block_inputs,
+    reference=lambda x, w1, w2: np.asarray(jax.nn.gelu(x @ w1) @ w2),
+    cases=(((8,), {"B": 64, "H": 256, "F": 1024}), ((8,), {"B": 32, "H": 128, "F": 512}),
+           ((4,), {"B": 64, "H": 256, "F": 1024})),
+    collectives=lambda case: [harness.Expect("all-reduce", case.sizes["B"] * case.sizes["H"] * 4,
+                                             ("X",), what="y")],
+    hint="Which layouts of W1 and W2 let the gelu run where W1's output already is, with one "
+         "sum at the end?",
+    praise="The solver's choice: Megatron's column- then row-parallel block, one all-reduce of "
+           "y (its g).", rtol=1e-4, atol=1e-5)
+
+
+@checker("The solver's choice, by hand")
+def check_megatron_shardings(fn) -> str:
+    """``fn() -> {"x", "w1", "h", "w2", "y": PartitionSpec}`` over a mesh axis "X": no device
+    holds a whole weight, y comes out whole, and the block run under ``jax.jit`` with these
+    shardings (on 8 and 4 devices, at several sizes, the solver out of reach) equals one device
+    and compiles to exactly the solver's collectives (one all-reduce of y)."""
+    return harness.grade(fn, MEGATRON)
+
+
+# --- 12.9 rows over (X, Y) to rows over Y, by hand ---------------------------------------------
+PAIR = ("X", "Y")
+RESHARD = ("tpviz.autoshard.strategies.reshard", "tpviz.autoshard.run.execute",
+           "tpviz.autoshard.run.program")
+
+
+def _rows_reference(a, case):
+    """Each device's expected block, devices in mesh order: device (x, y) holds rows block y of
+    Y's ny blocks, whatever x."""
+    nx, ny = case.size("X"), case.size("Y")
+    blocks = np.asarray(a).reshape(ny, -1, a.shape[1])
+    return np.concatenate([blocks[y] for _ in range(nx) for y in range(ny)])
+
+
+def _rows_program(answer, case):
+    return jax.shard_map(answer, mesh=case.mesh, in_specs=P(PAIR, None),
+                         out_specs=P(PAIR, None), check_vma=False)
+
+
+ROWS = harness.Build(
+    what="your resharding", layouts=(P(PAIR, None),), names=("A",), out=P(PAIR, None),
+    axes=PAIR, program=_rows_program,
+    inputs=lambda s, rng: (rng.standard_normal((s["R"], s["C"]), dtype=np.float32),),
+    reference=_rows_reference,
+    cases=(((2, 4), {"R": 64, "C": 16}), ((2, 4), {"R": 32, "C": 6}),
+           ((4, 2), {"R": 64, "C": 16}), ((2, 2), {"R": 8, "C": 5})),
+    out_names=("each device's rows",),
+    collectives=lambda case: [
+        harness.Expect("collective-permute", case.nbytes("A") // case.n, None,
+                       what="one block"),
+        harness.Expect("all-gather", case.nbytes("A") // case.size("Y"), ("X",),
+                       what="Y's block of rows")],
+    unavailable=RESHARD,
+    hint="Rows over (X, Y) put block ny·x + y on device (x, y); rows over Y want blocks "
+         "nx·y … nx·y + nx − 1 on every device (·, y). Which order of the blocks would let one "
+         "gather along X finish the job, and which single exchange reaches it?",
+    praise="The compiler's own plan on CPU, by hand: one permute to reorder the blocks, then "
+           "one all-gather along X.", rtol=0, atol=0)
+
+
+@checker("Rows over (X, Y) to rows over Y, by hand")
+def check_rows_over_y(fn) -> str:
+    """``fn(a)`` per device inside ``shard_map`` on a ("X", "Y") mesh: ``a`` is this device's
+    block of ``A`` with rows split over ``(X, Y)``; returns its rows of ``A`` split over ``Y``
+    (whole over X). On the 2 × 4, 4 × 2 and 2 × 2 meshes at several sizes; the compiled program
+    holds exactly one collective-permute of a block and one all-gather along X."""
+    return harness.grade(fn, ROWS)

@@ -29,19 +29,21 @@ from tpviz.core.validate import mesh_shape as mesh_shape_of
 from tpviz.errors import NotationError, TpvizError
 
 SYSTEM = "H100 (NVLink)"
-EDGE = dict(shape=(1024, 4096), src="A[B_X, H]", dst="A[B, H]", mesh={"X": 8})
+# 12.1: not the edge the chapter's resharding cell prints (float32 [1024, 4096] on 8 devices)
+EDGE = dict(shape=(2048, 1024), src="A[B_X, H]", dst="A[B, H]", mesh={"X": 4})
 
 
 @checker("Resharding one edge")
 def check_edge_bytes(sent: float) -> str:
-    """Bytes each device sends to turn ``A[B_X, H]`` (float32 [1024, 4096]) into ``A[B, H]`` on
-    8 devices (forward pass only)."""
+    """Bytes each device sends to turn ``A[B_X, H]`` (float32 [2048, 1024]) into ``A[B, H]`` on
+    4 devices (forward pass only)."""
     c = reshard(EDGE["shape"], parse(EDGE["src"]).spec, parse(EDGE["dst"]).spec, EDGE["mesh"])
-    whole = math.prod(EDGE["shape"]) * 4
+    whole, n = math.prod(EDGE["shape"]) * 4, EDGE["mesh"]["X"]
     if isinstance(sent, int | float) and math.isclose(sent, whole):
-        raise Wrong("that is the whole array V; each device already holds 1/8 of it and "
-                    "receives the other 7/8.", "Ring all-gather: each device sends (n-1)/n · V.")
-    if isinstance(sent, int | float) and math.isclose(sent, whole / 8):
+        raise Wrong(f"that is the whole array V; each device already holds 1/{n} of it and "
+                    f"receives the other {n - 1}/{n}.",
+                    "Ring all-gather: each device sends (n-1)/n · V.")
+    if isinstance(sent, int | float) and math.isclose(sent, whole / n):
         raise Wrong("that is one device's block, not what it sends in a ring all-gather.",
                     "Ring all-gather: each device sends (n-1)/n · V.")
     if isinstance(sent, int | float) and math.isclose(sent, 2 * c.sent_bytes()):
@@ -51,9 +53,13 @@ def check_edge_bytes(sent: float) -> str:
     return f"An all-gather: {c.sent_bytes():,.0f} bytes per device."
 
 
+# 12.2: a batch four times the FFN width (the chapter prints the strategies at B = 1,024)
+GELU = dict(batch=16384, hidden=1024, ffn=4096, mesh={"X": 8})
+
+
 @checker("The strategy of an element-wise op")
 def check_gelu_layout(notation: str) -> str:
-    """The layout of the gelu between a column-parallel and a row-parallel matmul on {X: 8}."""
+    """The layout the solver gives ``gelu.1`` of ``auto.mlp(16384, 1024, 4096)`` on {X: 8}."""
     if is_stub(notation):
         raise NotAttempted
     if not isinstance(notation, str):
@@ -66,17 +72,20 @@ def check_gelu_layout(notation: str) -> str:
     if parsed.name not in ("A", "Tmp"):
         raise Wrong(f"{parsed.name} names another array; the gelu's is the MLP's hidden "
                     "activation.", "Use the book's name for it, or the generic A.")
-    s = solve(mlp(1024, 8192, 32768), {"X": 8}, SYSTEM).choice["gelu.1"]
+    g = GELU
+    s = solve(mlp(g["batch"], g["hidden"], g["ffn"]), g["mesh"], SYSTEM).choice["gelu.1"]
     if got == s.out_spec and tuple(parsed.dims) != ("B", "F"):
         raise Wrong(f"the layout is right, but the gelu's array is [B, F] (it follows the first "
-                    f"matmul, F = 32,768 wide), not [{', '.join(parsed.dims)}].",
+                    f"matmul, F = {g['ffn']:,} wide), not [{', '.join(parsed.dims)}].",
                     "Name the dimensions after the array's real shape.")
     if got == s.out_spec:
-        return "It follows its input: columns split, so no communication around it."
-    if tuple(got) and got[0] == "X":
-        raise Wrong("rows split over X would need an all-to-all on both sides of the gelu.",
-                    "What layout does the column-parallel matmul leave?")
-    raise Wrong(f"{notation} is not the layout the column-parallel matmul leaves.",
+        return ("At B = 16,384 > F the solver runs data parallelism: the gelu keeps the rows "
+                "its matmul left split, with no communication around it.")
+    if tuple(got) == (None, "X"):
+        raise Wrong("that is the Megatron layout (columns split), the solver's choice for a "
+                    "small batch.", "At B = 16,384 tokens and F = 4,096, which scheme does "
+                    "the solver pick?")
+    raise Wrong(f"{notation} is not the layout the gelu's input comes in.",
                 "An element-wise op takes the layout its input already has.")
 
 
@@ -183,7 +192,8 @@ def check_column_parallel_bytes(sent: float) -> str:
     return "One all-reduce of dIn: Megatron's f in the backward pass."
 
 
-SWITCH = dict(hidden=768, ffn=3072, devices=8)
+# 12.6: GPT-2 large's MLP (the chapter finds the switch for GPT-2 small's, H = 768)
+SWITCH = dict(hidden=1280, ffn=5120, devices=8)
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,7 +206,7 @@ def _switch_point() -> int:
 @checker("Where the solver switches to data parallelism")
 def check_switch_batch(batch) -> str:
     """The batch (tokens) B* at which data parallelism starts to beat Megatron for the MLP with
-    H = 768, F = 3072 on 8 devices: exactly the solver's switch point (found by bisection over
+    H = 1280, F = 5120 on 8 devices: exactly the solver's switch point (found by bisection over
     multiples of N; the two schemes tie there)."""
     got = as_number(batch, "B*")
     if got <= 0:  # before the solver's bisection

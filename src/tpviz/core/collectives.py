@@ -101,7 +101,10 @@ class Collective:
 
     @property
     def moves_data(self) -> bool:
-        """False for a group of one device (XLA keeps some; they move nothing)."""
+        """False for a group of one device (XLA keeps some; they move nothing); a permute moves
+        data when one of its (source, target) pairs is two devices, even a single pair."""
+        if self.kind == "collective-permute" and self.groups:
+            return any(len(set(pair)) > 1 for pair in self.groups)
         return self.group_size > 1
 
 

@@ -50,7 +50,8 @@ grades, stopping at the first mistake:
    loops counted (:mod:`tpviz.core.executed`); then an ``extra(case, found)`` hook for what a
    list cannot say (ring neighbours, directions, "at most two numbers per row");
 6. **memory** (optional): ``memory(case, compiled.memory(program))`` for exercises about memory
-   (activations, a KV cache): return a message to fail.
+   (activations, a KV cache): return a message to fail; a hook of three parameters also gets
+   the compiled program (to read the shapes of the arrays it holds).
 
 A hook returns None when all is well, or the mistake in words. A mistake on a later case after
 earlier ones passed says so ("right on 8 devices with n = 64, but on 4 devices with n = 26"):
@@ -199,8 +200,10 @@ def _grade_case(answer, build: Build, case: Case, vma: bool, state: dict) -> lis
         if mistake:
             raise Wrong(f"right values, but the compiled program holds {summary(found)}: "
                         f"{mistake}.", build.hint)
-    if build.memory is not None and (mistake := build.memory(case, compiled.memory(program))):
-        raise Wrong(mistake, build.hint)
+    if build.memory is not None:
+        more = (program,) if len(inspect.signature(build.memory).parameters) > 2 else ()
+        if mistake := build.memory(case, compiled.memory(program), *more):
+            raise Wrong(mistake, build.hint)
     return found
 
 

@@ -84,7 +84,7 @@ class Build:
     out_names: Sequence[str] | None = None
     names: Sequence[str] | None = None  # the inputs' names (default: from ``layouts``)
     diagnose: Callable[[Case, Any, Any], str | None] | None = None
-    memory: Callable[[Case, Any], str | None] | None = None
+    memory: Callable[..., str | None] | None = None  # (case, memory[, program])
     hint: str = ""
     praise: str | Callable[[Case, list], str] = ""  # words for ✓; a callable reads the program
     rtol: float = 1e-4

@@ -9,16 +9,19 @@ import importlib
 
 # module -> the checkers (and framework names) it defines
 _HOMES = {
-    "tpviz.asyncpipe.exercises": (
+    "tpviz.asyncpipe.builds": (
         "check_chimera",
+        "check_two_bw",
+    ),
+    "tpviz.asyncpipe.exercises": (
         "check_dualpipe_idle",
         "check_memory_cap",
         "check_staleness",
-        "check_two_bw",
         "check_weight_memory",
     ),
     "tpviz.autoshard.builds": (
         "check_megatron_shardings",
+        "check_rows_over_y",
     ),
     "tpviz.autoshard.exercises": (
         "check_column_parallel_bytes",
@@ -38,12 +41,15 @@ _HOMES = {
         "check_same_as_big_batch",
         "check_server_seconds",
     ),
+    "tpviz.context.builds": (
+        "check_ring_step",
+        "check_ulysses",
+    ),
     "tpviz.context.exercises": (
         "check_causal_imbalance",
         "check_context_design",
         "check_online_combine",
         "check_ring_attention_bytes",
-        "check_ring_step",
         "check_ulysses_ratio",
     ),
     "tpviz.core.exercises": (
@@ -107,13 +113,15 @@ _HOMES = {
         "check_step_shardings",
         "check_weights_held",
     ),
+    "tpviz.moe.builds": (
+        "check_combine",
+        "check_dispatch",
+    ),
     "tpviz.moe.exercises": (
         "check_all_to_all_bytes",
         "check_aux_loss",
         "check_capacity",
-        "check_combine",
         "check_design",
-        "check_dispatch",
         "check_dropped",
         "check_keep",
     ),
@@ -123,9 +131,15 @@ _HOMES = {
         "check_microbatches",
         "check_one_f_one_b",
         "check_pipeline_design",
+        "check_weight_versions",
+    ),
+    "tpviz.pipeline.builds": (
         "check_small_stash",
         "check_tick",
-        "check_weight_versions",
+    ),
+    "tpviz.pytorch.builds": (
+        "check_sp_plan",
+        "check_tp_plan",
     ),
     "tpviz.pytorch.exercises": (
         "check_fsdp_bytes",
@@ -133,14 +147,15 @@ _HOMES = {
         "check_jax_to_torch",
         "check_pipeline_split",
         "check_schedule_design",
-        "check_tp_plan",
+    ),
+    "tpviz.together.builds": (
+        "check_grid_mlp",
+        "check_grid_reduce_scatter",
     ),
     "tpviz.together.exercises": (
         "check_3d_bubble",
         "check_3d_design",
         "check_first_stage",
-        "check_grid_mlp",
-        "check_grid_reduce_scatter",
         "check_layer_activations",
         "check_selective_saving",
         "check_tensor_group",

@@ -7,9 +7,13 @@ import math
 
 import numpy as np
 
-from tpviz.core.exercises import Wrong, as_integer, as_number, call, checker, expect_number
+from tpviz.core import harness
+from tpviz.core.exercises import Wrong, as_integer, as_number, checker, expect_number, plain
+from tpviz.pipeline.builds import SCHEDULES
 from tpviz.pipeline.plan import balance, schedule
 
+# the library's exact split: what 7.4 asks the learner to write
+BALANCE = ("tpviz.pipeline.plan.balance",)
 ORDER_CASES = [(4, 8, 0), (4, 8, 3), (4, 8, 1), (4, 2, 0), (8, 16, 5), (1, 3, 0)]
 BALANCE_CASES = [([4, 1, 1, 1, 1, 4], 3), ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3),
                  ([10, 1, 1, 1, 1, 1, 1, 1, 1, 10], 4), ([5, 5, 5, 5], 4),
@@ -20,7 +24,8 @@ BALANCE_CASES = [([4, 1, 1, 1, 1, 4], 3), ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3),
 def check_one_f_one_b(fn) -> str:
     """``fn(p, m, d)`` → device d's ops as a list of ``("F", i)`` / ``("B", i)``."""
     for p, m, d in ORDER_CASES:
-        got = call(fn, p, m, d, what=f"one_f_one_b({p}, {m}, {d})")
+        got = plain(harness.guarded(fn, p, m, d, what=f"one_f_one_b({p}, {m}, {d})",
+                                    names=SCHEDULES), "your order")
         want = [(op.kind, op.microbatch) for op in schedule("1f1b", p, m).ops[d]]
         try:
             got = [(k, as_integer(i, "a microbatch number")) for k, i in got]
@@ -89,7 +94,8 @@ def check_microbatches(answer) -> str:
 def check_balance(fn) -> str:
     """``fn(costs, p)`` → how many consecutive layers each of the p stages gets."""
     for costs, p in BALANCE_CASES:
-        sizes = call(fn, list(costs), p, what=f"your function on {costs}, p={p}")
+        sizes = plain(harness.guarded(fn, list(costs), p, what=f"your function on {costs}, p={p}",
+                                      names=BALANCE), "your split")
         try:
             sizes = [as_integer(k, "each layer count") for k in sizes]
         except (TypeError, ValueError):
@@ -111,170 +117,78 @@ def check_balance(fn) -> str:
     return "Your splits are optimal on every case."
 
 
+WEIGHT_STAGES = 6  # 7.5: the chapter shows 1F1B's memory at p = 4 only
+
+
 @checker("Weight versions in PipeDream")
 def check_weight_versions(answer) -> str:
-    """PipeDream (1F1B without flushes, weight stashing), p = 4: versions each stage keeps."""
-    want = [4, 3, 2, 1]
-    if isinstance(answer, str) or not hasattr(answer, "__len__") or len(answer) != 4:
-        raise Wrong("give a list of 4 numbers, one per stage.")
+    """PipeDream (1F1B without flushes, weight stashing), p = 6: the most weight versions each
+    stage keeps (the newest and the stashed ones), stage 0 first."""
+    p = WEIGHT_STAGES
+    want = [p - s for s in range(p)]
+    if isinstance(answer, str) or not hasattr(answer, "__len__") or len(answer) != p:
+        raise Wrong(f"give a list of {p} numbers, one per stage.")
     answer = [as_integer(v, "each stage's count") for v in np.asarray(answer).ravel().tolist()]
-    if list(answer) == [2, 2, 2, 2]:
+    if answer == [2] * p:
         raise Wrong("that is PipeDream-2BW, which updates weights only every few microbatches.",
                     "PipeDream keeps one version per microbatch in flight on the stage.")
-    if list(answer) == want[::-1]:
+    if answer == want[::-1]:
         raise Wrong("reversed: the first stage has the most microbatches in flight.")
-    if list(answer) != want:
-        raise Wrong(f"{list(answer)} is not right.",
+    if answer == [v - 1 for v in want]:
+        raise Wrong("one short on every stage: that counts the stashed versions, or the "
+                    "updates a gradient is late, without the version the stage uses now.",
+                    "Count every version a stage holds at once, the newest included.")
+    if answer != want:
+        raise Wrong(f"{answer} is not right.",
                     "A stage keeps the weights each in-flight microbatch saw in its forward. "
                     "How many microbatches has a stage started but not finished, at most?")
-    return "Stage d stashes p - d versions; the last stage needs no stash."
+    return "Stage s keeps p - s versions; the last stage needs no stash."
 
 
-PIPELINE_DESIGN = {"stages": 8, "layers": 48, "most_microbatches": 32, "bubble": 0.05}
+PIPELINE_DESIGN = {"stages": 8, "layers": 48, "most_microbatches": 32, "bubble": 0.07,
+                   "sends": 800}
 
 
-@checker("Design: microbatches and chunks for a 5 % bubble")
+def design_options() -> list[tuple[int, int]]:
+    """Every admissible (m, v) of 7.8: m a multiple of p up to 32, v dividing the 6 layers of a
+    device, bubble (p−1)/(v·m+p−1) within the target and m(v·p−1) sends within the cap."""
+    d = PIPELINE_DESIGN
+    p, per_device = d["stages"], d["layers"] // d["stages"]
+    return [(m, v) for v in range(1, per_device + 1) if per_device % v == 0
+            for m in range(p, d["most_microbatches"] + 1, p)
+            if (p - 1) / (v * m + p - 1) <= d["bubble"] and m * (v * p - 1) <= d["sends"]]
+
+
+@checker("Design: microbatches and chunks for a bubble and a send budget")
 def check_pipeline_design(microbatches, chunks, sends) -> str:
     """p = 8 stages, 48 equal layers, at most 32 microbatches per step (a multiple of p for
-    interleaving), v chunks per device dividing the 6 layers a device holds, bubble at most 5 %
-    by (p−1)/(v·m+p−1): the (m, v) with the fewest activation sends, and that number of sends."""
+    interleaving), v chunks per device dividing the 6 layers a device holds: an (m, v) whose
+    bubble (p−1)/(v·m+p−1) is at most 7 % and whose activation sends per step, m(v·p−1),
+    are at most 800, with that number of sends. Several (m, v) are admissible."""
     m, v, sends = (as_integer(x, what) for x, what in (
         (microbatches, "microbatches"), (chunks, "chunks"), (sends, "sends")))
-    p, per_device = PIPELINE_DESIGN["stages"], PIPELINE_DESIGN["layers"] // 8
-    options = [(mm, vv) for vv in range(1, per_device + 1) if per_device % vv == 0
-               for mm in range(p, PIPELINE_DESIGN["most_microbatches"] + 1, p)
-               if (p - 1) / (vv * mm + p - 1) <= PIPELINE_DESIGN["bubble"]]
-    want = min(options, key=lambda o: o[0] * (o[1] * p - 1))
-    if m > PIPELINE_DESIGN["most_microbatches"] or m % p or per_device % v:
+    d = PIPELINE_DESIGN
+    p, per_device = d["stages"], d["layers"] // d["stages"]
+    if not (p <= m <= d["most_microbatches"]) or m % p or v < 1 or per_device % v:
         raise Wrong(f"(m, v) = ({m}, {v}) is not allowed.",
                     "m must be a multiple of 8 up to 32, and v must divide 6.")
-    if (p - 1) / (v * m + p - 1) > PIPELINE_DESIGN["bubble"]:
-        raise Wrong(f"(m, v) = ({m}, {v}) leaves a bubble of {(p - 1) / (v * m + p - 1):.1%}.",
-                    "Find the smallest v·m for a 5 % bubble first.")
-    if (m, v) != want:
-        raise Wrong(f"(m, v) = ({m}, {v}) meets the bubble target but sends more than needed.",
-                    "Sends per step grow with m(v·p−1): among the allowed pairs, which is "
-                    "smallest?")
-    expect_number(sends, want[0] * (want[1] * p - 1), what="the activation sends",
+    bubble = (p - 1) / (v * m + p - 1)
+    if bubble > d["bubble"]:
+        raise Wrong(f"(m, v) = ({m}, {v}) leaves a bubble of {bubble:.1%}, over 7 %.",
+                    "Which products v·m reach the bubble target?")
+    moved = m * (v * p - 1)
+    if sends == m * (p - 1) and v > 1:
+        raise Wrong(f"{sends} counts the sends between stages; with {v} chunks a microbatch "
+                    "crosses between devices at every chunk boundary.",
+                    "Count the chunk boundaries a microbatch crosses: v·p − 1.")
+    expect_number(sends, moved, what="your number of activation sends",
                   hint="Count the chunk boundaries a microbatch crosses between devices.")
-    return f"m = {want[0]}, v = {want[1]}: {sends} activation sends (and as many gradients back)."
-
-
-# --- build exercises: a schedule run as one SPMD program, and one tick's sends ---------------
-STASH = dict(stages=4, microbatches=8, slots=2)
-
-
-def _as_schedule(lists, p: int, m: int):
-    """The learner's per-device op lists as a :class:`Schedule`, or :class:`Wrong`."""
-    from tpviz.pipeline.plan import Op, Schedule
-
-    try:
-        rows = [[(str(k), as_integer(i, "a microbatch")) for k, i in ops] for ops in lists]
-    except (TypeError, ValueError):
-        raise Wrong("return one list per device of ('F', i) and ('B', i) pairs.") from None
-    if len(rows) != p:
-        raise Wrong(f"you returned {len(rows)} device lists for p = {p} devices.")
-    for d, ops in enumerate(rows):
-        for i in range(m):
-            kinds = [k for k, j in ops if j == i]
-            if sorted(kinds) != ["B", "F"]:
-                raise Wrong(f"device {d} runs microbatch {i} as {kinds or 'nothing'}; every "
-                            "device runs each microbatch's F once and its B once.")
-            if kinds[0] != "F":
-                raise Wrong(f"device {d} runs the B of microbatch {i} before its F.")
-        if len(ops) != 2 * m:
-            raise Wrong(f"device {d} has {len(ops)} ops for m = {m} microbatches.")
-    return Schedule("yours", p, m, 1, tuple(tuple(Op(k, i, d) for k, i in ops)
-                                             for d, ops in enumerate(rows)))
-
-
-@checker("A pipeline schedule in 2 stash slots")
-def check_small_stash(fn) -> str:
-    """``fn(p, m)`` → every device's ops (lists of ``("F", i)``, ``("B", i)``) for p = 4, m = 8,
-    holding at most 2 microbatches per device; run as one SPMD program on 4 devices."""
-    from tpviz.errors import CheckFailed, ScheduleError
-    from tpviz.pipeline import spmd
-    from tpviz.pipeline.check import spmd_check
-    from tpviz.pipeline.simulate import simulate
-
-    p, m, k = STASH["stages"], STASH["microbatches"], STASH["slots"]
-    sched = _as_schedule(call(fn, p, m, what="your schedule"), p, m)
-    hint = "A device may start a new forward only when it holds fewer than 2 microbatches."
-    try:
-        spmd.ticks(sched)
-    except ScheduleError as e:
-        raise Wrong(f"the devices wait for each other forever: {e}",
-                    "Each device must run its backwards in an order the next device can "
-                    "feed.") from None
-    peaks = simulate(sched).peak_activations
-    if max(peaks) > k:
-        d = peaks.index(max(peaks))
-        raise Wrong(f"it runs, but device {d} holds {max(peaks)} microbatches at once "
-                    f"(stash of {max(peaks)} slots, not {k}).", hint)
-    try:
-        r = spmd_check(sched)
-    except CheckFailed as e:
-        raise Wrong(f"the compiled program does not match the schedule: {e}") from None
-    transfers, moved = r.transfers()
-    return (f"on 4 devices: loss and gradients equal one device's; {transfers} transfers "
-            f"({moved:,} bytes) in collective-permutes; a stash of {r.stash_slots} slots, "
-            f"{r.ticks} ticks against 1F1B's 22.")
-
-
-TICK = dict(stages=4, rows=2, width=3, cases=(((0, 1, 2), (1, 2, 3)), ((1,), (3,)),
-                                              ((0, 2), (2,))))
-
-
-@checker("One tick's sends")
-def check_tick(fn) -> str:
-    """``fn(y, dh, forward, backward)`` inside ``shard_map`` over "stage" (4 devices) → what
-    each device receives: y from device i - 1 if i - 1 is in ``forward``, dh from i + 1 if
-    i + 1 is in ``backward``, zeros otherwise."""
-    import jax
-    from jax.sharding import PartitionSpec as P
-
-    from tpviz.core import compiled
-    from tpviz.core.exercises import expect_array, mesh_1d
-
-    p, rows, width = TICK["stages"], TICK["rows"], TICK["width"]
-    mesh = mesh_1d(p, "stage")
-    y = np.arange(p * rows * width, dtype=np.float32).reshape(p * rows, width) + 1
-    dh = -y
-    local = rows * width * 4
-    hint = ("A pipeline sends only along the pairs of this tick: forward from i to i + 1, "
-            "backward from i to i - 1, no pair from the last device to the first.")
-    for fwd, bwd in TICK["cases"]:
-        def body(y, dh, fwd=fwd, bwd=bwd):
-            return fn(y, dh, fwd, bwd)
-
-        prog = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("stage"), P("stage")),
-                                     out_specs=(P("stage"), P("stage")), check_vma=False))
-        got = call(prog, y, dh, what=f"your tick with forward={fwd}, backward={bwd}")
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Wrong("return a pair (received activations, received gradients).")
-        blocks = y.reshape(p, rows, width)
-        want_f, want_b = np.zeros_like(blocks), np.zeros_like(blocks)
-        for i in fwd:
-            want_f[i + 1] = blocks[i]
-        for i in bwd:
-            want_b[i - 1] = -blocks[i]
-        for what, g, w in (("the activations received", got[0], want_f),
-                           ("the gradients received", got[1], want_b)):
-            expect_array(g, w.reshape(p * rows, width),
-                         what=f"{what} (forward={fwd}, backward={bwd})", hint=hint)
-        found = compiled.collectives(prog, y, dh)
-        kinds = dict(found.kinds())
-        if set(kinds) - {"collective-permute"}:
-            raise Wrong(f"right values, but the program holds {kinds}: a pipeline moves data "
-                        "only between neighbours.", hint)
-        pairs = sorted(tuple(g) for c in found for g in c.groups)
-        want = sorted([(i, i + 1) for i in fwd] + [(i, i - 1) for i in bwd])
-        if pairs != want:
-            extra = sorted(set(pairs) - set(want))
-            raise Wrong(f"right values, but the permutes make {len(pairs)} transfers where the "
-                        f"tick has {len(want)}" + (f"; extra pairs {extra}" if extra else "")
-                        + ".", hint)
-        if any(c.bytes != local for c in found):
-            raise Wrong("right values and pairs, but a permute moves more than one "
-                        "microbatch's block.", hint)
-    return "each tick sends exactly its schedule's pairs: no idle sends, no wraparound."
+    if moved > d["sends"]:
+        raise Wrong(f"(m, v) = ({m}, {v}) meets the bubble target, but sends {moved} "
+                    "activations per step, over 800.",
+                    "Sends grow with m(v·p − 1): trade microbatches against chunks.")
+    others = [o for o in design_options() if o != (m, v)]
+    also = (" " + " and ".join(f"(m, v) = {o}" for o in others) + " would do too: more "
+            "microbatches each smaller, or more chunks and their sends." if others else "")
+    return (f"m = {m}, v = {v}: bubble {bubble:.1%}, {moved} activation sends per step (and as "
+            f"many gradients back).{also}")

@@ -50,7 +50,8 @@ def runnable_schedules(has=None) -> tuple[tuple, dict[str, str]]:
 
 
 #: what the process server imports once (tpviz.core.launch.warm), so that no worker does
-PRELOAD = ("tpviz.pytorch.check", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
+PRELOAD = ("tpviz.pytorch.check", "tpviz.pytorch.blocks", "torch.distributed.fsdp",
+           "torch.distributed.tensor.parallel",
            "torch.distributed.tensor.debug", "torch.distributed.pipelining")
 _ACTION = re.compile(r"^(\d+)(F|I|W|B)(\d+)$")
 _OTHER = re.compile(r"^\d+(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD"

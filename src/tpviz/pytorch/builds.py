@@ -1,0 +1,111 @@
+"""The PyTorch chapter's build checkers: a learner's DTensor plan (``parallelize_module``'s dict
+of ``ParallelStyle``s) run on gloo processes, 4 and then 2 of them, at two sizes each, against
+one process: outputs, the input's gradient, every weight's gradient, and the collectives
+``CommDebugMode`` counts in the forward and in the backward, exactly. The Megatron MLP (13.4);
+the same block with a LayerNorm and its tokens split outside it (13.7, sequence parallelism).
+
+A plan is a value made in the notebook, so the library's own plans cannot be put out of reach
+while it is made; instead :mod:`tpviz.pytorch.shard` marks the styles its plans are made of,
+and a plan holding one is refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpviz.core.exercises import Wrong, checker, only_keys
+from tpviz.errors import WorkerError
+
+LAUNCH_TIMEOUT = 60.0
+WORLDS = (4, 2)
+MARK = "_tpviz_book"  # set on the styles of the library's own plans (shard.megatron_plan, …)
+
+MLP = dict(kind="mlp", keys=("0", "2"), sizes=((8, 32, 8), (12, 16, 6)),
+           forward={"all-reduce": 1}, backward={"all-reduce": 1})
+SP = dict(kind="sp", keys=("0", "1", "3"), sizes=((8, 32, 8), (12, 16, 12)),
+          forward={"all-gather": 1, "reduce-scatter": 1},
+          backward={"all-gather": 1, "reduce-scatter": 1})
+
+
+def _shape_hint(kind: str) -> str:
+    return ("Each rank keeps its own tokens outside the block: its input and its output are "
+            "[1, T/N, H]." if kind == "sp" else
+            "The MLP must return the whole [1, T, H] output on every rank.")
+
+
+def _compare(kind: str, got: dict, ref: dict) -> str | None:
+    """What differs between a run and the one-process reference, in words, or None."""
+    if got["out"].shape != ref["out"].shape:
+        return (f"the output, put together from the ranks, has shape {got['out'].shape}; one "
+                f"process's is {ref['out'].shape}. {_shape_hint(kind)}")
+    if not np.allclose(got["out"], ref["out"], atol=1e-5):
+        return "the output differs from one process's."
+    if got["x_grad"].shape != ref["x_grad"].shape or not np.allclose(
+            got["x_grad"], ref["x_grad"], atol=1e-5):
+        return "the gradient of the input differs from one process's."
+    for name, g in ref["grads"].items():
+        if name not in got["grads"] or not np.allclose(got["grads"][name], g, atol=1e-5):
+            return (f"the gradient of {name} differs from one process's (each rank holds only "
+                    "part of it, and the parts are never added)" if kind == "sp" and
+                    name.startswith("0.") else f"the gradient of {name} differs from one "
+                    "process's")
+    return None
+
+
+def grade_plan(plan, exercise: dict, hint: str) -> str:
+    """Run ``plan`` for ``exercise`` (:data:`MLP` or :data:`SP`) on each of :data:`WORLDS`
+    processes at each of its sizes; the ✓ words, or :class:`Wrong`."""
+    if not isinstance(plan, dict) or not plan:
+        raise Wrong(f"give a dict from layer names {exercise['keys']} to parallel styles.")
+    only_keys(plan, list(exercise["keys"]), "your plan")  # before starting processes
+    book = next((getattr(s, MARK) for s in plan.values() if getattr(s, MARK, None)), None)
+    if book:
+        raise Wrong(f"this exercise asks you to write what `{book}` does, and your plan is "
+                    "made of its styles. Write the styles yourself.")
+    from tpviz.pytorch import blocks  # torch: imported once the answer is worth running
+    from tpviz.pytorch.check import launch_timed
+
+    kind, sizes = exercise["kind"], exercise["sizes"]
+    done = []
+    for world in WORLDS:
+        try:
+            ranks, _ = launch_timed(blocks.run, world, plan, kind, sizes,
+                                    timeout=LAUNCH_TIMEOUT)
+        except WorkerError as e:
+            first = str(e).split("\n")[0].split("raised ", 1)[-1][:200]
+            raise Wrong(f"on {world} processes the plan fails: {first}", hint) from None
+        for k, (h, f, t) in enumerate(sizes):
+            where = f"{world} processes with H = {h}, F = {f}, T = {t}"
+            got = blocks.join(kind, ranks, k)
+            mistake = _compare(kind, got, blocks.reference(kind, h, f, t))
+            found = {"forward": got["forward"], "backward": got["backward"]}
+            want = {"forward": exercise["forward"], "backward": exercise["backward"]}
+            if mistake is None and found != want:
+                mistake = (f"right values, but the step issues {found}; the exercise needs "
+                           f"{want} and no others")
+            if mistake:
+                said = (f"right on {done[0]}, but on {where}: " if done else f"on {where}: ")
+                raise Wrong(said + mistake + ".", hint)
+            done.append(where)
+    return (f"the step issues {exercise['forward']} forward and {exercise['backward']} backward, "
+            f"equal to one process on 4 and 2 processes at {len(sizes)} sizes each.")
+
+
+@checker("The DTensor plan of the Megatron MLP")
+def check_tp_plan(tp_plan) -> str:
+    """``tp_plan``: ``parallelize_module``'s dict for ``Linear(H, F), GELU, Linear(F, H)``
+    (layers "0" and "2"), run on 4 and 2 processes at two sizes against one process; exactly
+    one all-reduce forward (g) and one backward (f)."""
+    words = grade_plan(tp_plan, MLP, "Which layer should receive a whole input, and which a "
+                       "sharded one, so that the activation stays sharded between them?")
+    return "Column-parallel, then row-parallel: f and g, nothing else; " + words
+
+
+@checker("Tensor and sequence parallelism for a block with a LayerNorm")
+def check_sp_plan(sp_plan) -> str:
+    """``sp_plan``: ``parallelize_module``'s dict for ``LayerNorm(H), Linear(H, F), GELU,
+    Linear(F, H)`` (layers "0", "1", "3") whose tokens stay split over the ranks outside the
+    block (each rank's input and output ``[1, T/N, H]``); on 4 and 2 processes at two sizes,
+    against one process, with exactly one all-gather and one reduce-scatter each way."""
+    words = grade_plan(sp_plan, SP, "Where does the block need every token, and where only this "
+                       "rank's? The LayerNorm's weights see every rank's tokens too.")
+    return "Sequence parallelism around Megatron's MLP: " + words
