@@ -61,12 +61,13 @@ BAD = [
     (lambda: notation.parse("A[I_1, J]"), NotationError, "mesh axes are single ASCII letters"),
     (lambda: notation.parse("A[I_Χ, J]"), NotationError, "Greek"),
     (lambda: notation.parse("A(I, J)"), NotationError, "write an array name"),
-    (lambda: notation.parse(42), TypeError, "expected a notation string"),
+    (lambda: notation.parse(42), TypeError, "notation must be a string, got 42"),
     (lambda: layout.shard_shape((8, 16), "A[I_X, J]", [("X", 2)]), TypeError,
      "mesh_shape must be a mesh shape"),
     (lambda: layout.shard_shape((8, 16), "A[I_X, J]", {"X": 0}), ArgumentError,
      r"mesh_shape\['X'\]"),
-    (lambda: layout.shard_shape("8x16", "A[I_X, J]", {"X": 2}), TypeError, "shape must be a tuple"),
+    (lambda: layout.shard_shape("8x16", "A[I_X, J]", {"X": 2}), TypeError,
+     "shape must be a list or tuple"),
     (lambda: layout.shard_shape((8, -1), "A[I_X, J]", {"X": 2}), ArgumentError, r"shape\[1\]"),
     (lambda: layout.shard_shape((7, 16), "A[I_X, J]", {"X": 2}), ShardingError, "does not divide"),
     (lambda: layout.shard_shape((8, 16), "A[I_Z, J]", {"X": 2}), ShardingError,
@@ -75,7 +76,7 @@ BAD = [
     (lambda: layouts_draw.array(np.ones((4, 4))), TypeError, "x must be a jax.Array"),
     (lambda: layouts_draw.sharding((2, 2, 2), P(), {"X": 2}), ShardingError, "1D or 2D"),
     # compiled programs
-    (lambda: compiled.collectives(42, np.ones(4)), TypeError, "expected a function to compile"),
+    (lambda: compiled.collectives(42, np.ones(4)), TypeError, "program must be a function"),
     (lambda: compiled.collectives(lambda x: x @ x, np.ones((2, 3))), Exception,
      "does not compile"),
     # pipeline plans
@@ -86,7 +87,7 @@ BAD = [
     (lambda: pipeline.schedule("gpipe", 4, 0), ScheduleError, "microbatches must be a positive"),
     (lambda: pipeline.schedule("gpipe", 4, 8, 2), ScheduleError, "use 'interleaved'"),
     (lambda: pipeline.schedule("interleaved", 4, 6, 2), ScheduleError, "multiple of 4"),
-    (lambda: pipeline.simulate("1f1b"), TypeError, "schedule must be a Schedule"),
+    (lambda: pipeline.simulate("1f1b"), TypeError, "sched must be a Schedule"),
     (lambda: pipeline.simulate(SCHEDULE, forward=-1), ArgumentError, "forward must be positive"),
     (lambda: pipeline.simulate(SCHEDULE, forward=0, backward=0), ArgumentError, "forward"),
     (lambda: pipeline.simulate(SCHEDULE, forward=float("nan")), ArgumentError,
@@ -117,7 +118,7 @@ BAD = [
     (lambda: megatron.plan(16, 32, 64, 4, 4.0), TypeError, "devices must be an integer"),
     (lambda: megatron.plan(16, 32, 64, 4, 4, kind="mlpp"), ShardingError, "kind = 'mlpp'"),
     (lambda: megatron.check("mlp", mesh4("model"), X, X,
-                            {"wq": MLP["w1"]}), ShardingError, "needs the weights"),
+                            {"wq": MLP["w1"]}), ShardingError, "params must hold the keys 'w1', 'w2'"),
     (lambda: megatron.check("mlp", mesh4("tp"), X, X, MLP), ShardingError,
      "not 'model'"),
     (lambda: megatron.check("block", mesh4("model"), X, X,
@@ -132,17 +133,18 @@ BAD = [
     (lambda: tpviz.explore_pipeline(stages=64), ArgumentError, r"explore_pipeline\(stages=64\)"),
     (lambda: tpviz.explore_pipeline(name="1F1B"), ArgumentError, "Did you mean '1f1b'"),
     (lambda: tpviz.explore_megatron(hidden=1000), ArgumentError, "hidden = 1000"),
-    (lambda: tpviz.explore_layout(notation=3), TypeError, r"explore_layout\(notation=3\)"),
+    (lambda: tpviz.explore_layout(notation=3), TypeError,
+     "explore_layout: notation must be a string, got 3"),
     (lambda: tpviz.explore_mesh2d(data=3), ArgumentError, "data = 3"),
     (lambda: tpviz.explore_matmul(system="TPU"), ArgumentError, "system = 'TPU'"),
     # expert parallelism (MoE)
-    (lambda: moe.route(np.zeros(8), 2, 1.0), ArgumentError, "logits must be a 2-D array"),
+    (lambda: moe.route(np.zeros(8), 2, 1.0), ArgumentError, r"logits must be an array \[T, E\]"),
     (lambda: moe.route(np.zeros((8, 4)), 2, 1.0, groups=0), ArgumentError,
      "groups must be a positive integer"),
     (lambda: moe.keep(np.zeros((8, 2), int), 4, 2, groups=0), ArgumentError,
      "groups must be a positive integer"),
     (lambda: moe.render_moe(system="H100"), ArgumentError, "system = 'H100'"),
-    (lambda: moe.gspmd_forward(mesh4("X"), 2, 2), ShardingError, "no 'expert'"),
+    (lambda: moe.gspmd_forward(mesh4("X"), 2, 2), ShardingError, "'expert' is not an axis of mesh"),
     (lambda: moe.plan(64, 8, 2, "1.25", 8), TypeError, "capacity_factor must be a number"),
     (lambda: moe.plan(64, 8.0, 2, 1.25, 8), TypeError, "experts must be an integer"),
     # automatic parallelization
@@ -294,3 +296,110 @@ def test_lower_case_op_kinds_get_a_specific_message():
 
     with pytest.raises(ExerciseFailed, match="capital letter 'F'"):
         exercises.check_one_f_one_b(lower)
+
+
+# --- issue 42: every example of the issue, by category -----------------------------------------
+
+def _issue_42():
+    import math
+
+    from tpviz import asyncpipe, collectives, context, layouts, together
+    from tpviz.asyncpipe import formulas
+    from tpviz.collectives.run import init_mlp
+    from tpviz.core import cost
+    from tpviz.core import hardware as hw
+    from tpviz.machines import draw as machines_draw
+    from tpviz.pipeline.explore import render_pipeline
+    from tpviz.zero import check as zero_check
+
+    nan = math.nan
+    model = together.MODELS["GPT-3 13B"]
+    ring = collectives.plan("ring", "all-reduce", 8, 1e6)
+    mesh = {"X": 8}
+    four = pipeline.schedule("1f1b", 4, 8)
+    logits = np.full((8, 4), nan)
+    return {
+        "negative, NaN or fractional sizes and times": [
+            (lambda: megatron.shapes("mlp", -16, 32), "hidden must be a positive integer"),
+            (lambda: model.flops(-5), "batch must be a positive integer, got -5"),
+            (lambda: model.flops(nan), "batch must be an integer, got nan"),
+            (lambda: model.flops(2.5), "batch must be an integer, got 2.5"),
+            (lambda: cost.estimate(nan, [], "H100 (NVLink)"), "flops must be a finite number"),
+            (lambda: cost.estimate(-1.0, [], "H100 (NVLink)"), "flops must be at least 0"),
+            (lambda: collectives.lower_bound(8, -1), "nbytes must be at least 0, got -1"),
+            (lambda: ring.time(-1e-6, 1e9), "alpha must be at least 0"),
+            (lambda: zero_check.train(2, steps=-1), "steps must be a positive integer"),
+            (lambda: context.compare.flops(-1024, 512, 8), "sequence must be a positive"),
+            (lambda: autoshard.Builder(x=(8, -8)), r"x\[1\] must be a positive integer"),
+            (lambda: cost.SYSTEMS["H100 (NVLink)"].network(-8), "devices must be a positive"),
+            (lambda: hw.gpu_cluster("H100", 10**30), "more than the bound of 1,048,576"),
+            (lambda: hw.gpu_cluster("H100", 16).collective_time("all-reduce", 1e6, gpus=1024),
+             "gpus = 1024 is more than this cluster's 16 GPUs"),
+        ],
+        "truthy strings taken as flags": [
+            (lambda: hw.tpu("TPU v5e", (4, 4), wrap=("no", "no")),
+             r"wrap\[0\] must be True or False, got 'no'"),
+            (lambda: context.plan("ring", 1024, 8, 512, 8, training="yes"),
+             "training must be True or False, got 'yes'"),
+            (lambda: mesh2d.plan(64, 128, 512).sent(training="no"),
+             "training must be True or False, got 'no'"),
+        ],
+        "names that are not names": [
+            (lambda: tpviz.make_mesh((2, 4), ("X", 3)), r"axis_names\[1\] must be a string"),
+            (lambda: context.mesh_of(8, axis=3), "axis must be a string, got 3"),
+            (lambda: layouts.replication("A[I_Q, J]", mesh), "'Q'"),
+            (lambda: layouts.to_notation("A[I_X]"), "spec must be a PartitionSpec"),
+        ],
+        "NaN through the numerics": [
+            (lambda: moe.top_k(logits, 2), "logits holds 32 NaN or infinite value"),
+            (lambda: moe.keep(np.array([[0, -1]]), 4, 1), "each must be an expert's index"),
+            (lambda: asyncpipe.train(labels=("synchronous",), steps=8, lrs=(1e300,), rows=2,
+                                     width=4, seeds=(0,)), "a learning rate above 10"),
+            (lambda: formulas.paper_bubble("chimera", 3, 8), "holds for m a multiple of p"),
+        ],
+        "raw tracebacks": [
+            (lambda: pipeline.steady_state(four, durations={"F": 1.0}), "no value for 'B'"),
+            (lambda: hw.tpu("TPU v5e", (4, 4), wrap=5), "wrap must be a list or tuple"),
+            (lambda: pipeline.draw.gantt("1f1b"), "t must be a Timeline"),
+            (lambda: layouts.draw.sharding("8x8", "A[I_X, J]", mesh), "shape must be a list"),
+            (lambda: context.combine(np.ones((2, 4, 8)), np.ones((2, 4)), np.ones((2, 4, 8)),
+                                     np.ones((2, 3))), "must have one shape"),
+            (lambda: collectives.check_dp(tpviz.make_mesh((8,), ("X",)), init_mlp(0, (8, 32, 4)),
+                                          np.zeros((0, 8)), np.zeros((0, 4))), "x is empty"),
+        ],
+        "unbounded sizes": [
+            (lambda: machines_draw.torus((256, 256)), "more than the bound of 64"),
+            (lambda: pipeline.steady_state(four, steps=10**6), "steps × ops of one step"),
+            (lambda: context.causal_work(10**9), "more than the bound"),
+            (lambda: pipeline.schedule("pipedream", 10**6, 2), "ops"),
+            (lambda: asyncpipe.versions("sync", 10**9), "more than the bound of 65,536"),
+            (lambda: context.zigzag_order(2**40, 8), "more than the bound"),
+            (lambda: context.check("ring", 2**20, 8), "batch × heads × sequence²"),
+            (lambda: render_pipeline("1f1b", 512, 1024, 1, 2.0), "bars of the Gantt chart"),
+        ],
+    }
+
+
+ISSUE_42 = [(category, i) for category, calls in _issue_42().items() for i in range(len(calls))]
+
+
+@pytest.mark.parametrize(("category", "index"), ISSUE_42,
+                         ids=[f"{c.split()[0]}-{i}" for c, i in ISSUE_42])
+def test_every_example_of_issue_42_gets_a_clear_error_at_once(category, index):
+    call, words = _issue_42()[category][index]
+    start = time.perf_counter()
+    with pytest.raises((ValueError, TypeError), match=words) as info:
+        call()
+    assert isinstance(info.value, tpviz.errors.TpvizError), info.value
+    assert time.perf_counter() - start < 2
+
+
+def test_the_cluster_command_refuses_an_empty_script(capsys):
+    from tpviz.cluster.__main__ import main
+
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as stopped:
+        main(["--script", ""])
+    assert time.perf_counter() - start < 2
+    assert stopped.value.code == 2
+    assert "--script '': give the path of a Python script" in capsys.readouterr().err

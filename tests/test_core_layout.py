@@ -80,7 +80,7 @@ def test_malformed_notation(text, words):
 
 
 def test_notation_of_the_wrong_kind_is_a_type_error():
-    with pytest.raises(TypeError, match="expected a notation string"):
+    with pytest.raises(TypeError, match="notation must be a string"):
         notation.parse(42)
 
 

@@ -248,12 +248,12 @@ SIZE_GUARDS = [
     (lambda: _pl("collectives", "render_collectives")("tree", 4096), "at most 64"),
     (lambda: _pl("collectives.plan", "time")("naive", 10**6, 1e6, 1e-6, 1e9), "N <= 256"),
     (lambda: _pl("layouts", "blocks")((4096, 4096), "A[I_X, J_Y]", {"X": 4096, "Y": 4096}),
-     "limit of 16,384"),
+     "more than the bound"),
     (lambda: _pl("autoshard", "stages")([1.0] * 2000, 8, 8, [(1,)]), "fewer, larger blocks"),
     (lambda: _pl("autoshard", "stages")([1.0] * 2000, 8, 8, [(1,), (2,)]),
      "fewer, larger blocks"),
     (lambda: _pl("moe", "render_moe")(experts=2**20, tokens=2**20), "Route fewer tokens"),
-    (lambda: _pl("mesh2d", "best_mesh")(64, 128, 512, 10**15), "at most"),
+    (lambda: _pl("mesh2d", "best_mesh")(64, 128, 512, 10**15), "more than the bound"),
 ]
 
 
@@ -276,9 +276,8 @@ def test_setup_devices_refuses_more_than_memory_allows(monkeypatch):
 
 
 def test_make_mesh_refuses_a_bare_string():
-    from tpviz.errors import ShardingError
 
-    with pytest.raises(ShardingError, match=r"give a tuple of names, e.g. \('data',\)"):
+    with pytest.raises(TypeError, match=r"axis_names must be a list or tuple.*write \('data',\)"):
         tpviz.make_mesh((8,), "data")
 
 
@@ -336,7 +335,7 @@ def test_cluster_arguments_are_refused_before_any_process_starts(argv, capsys):
 
 @pytest.mark.parametrize(("kwargs", "words"), [
     (dict(lrs=(NAN,)), "lrs"), (dict(lrs=()), "one or more"), (dict(labels=()), "empty"),
-    (dict(labels="synchronous"), "tuple of run names"), (dict(labels=None), "tuple"),
+    (dict(labels="synchronous"), "labels must be a list or tuple"), (dict(labels=None), "tuple"),
     (dict(width=0), "width"), (dict(rows=2.5), "rows"), (dict(momentum=1.0), "below 1"),
     (dict(momentum=NAN), "momentum"), (dict(steps=5000, width=256), "the work"),
 ])
@@ -361,13 +360,13 @@ def _new_chapter_calls():
         (lambda: hw.data_parallel_batch(NAN, 1e11), "flops must be a finite number"),
         (lambda: hw.tensor_parallel_limit(1e15, -1.0, 16384), "bandwidth must be positive"),
         (lambda: hw.best_fsdp(1024.0, 16384, True), "devices must be an integer"),
-        (lambda: hw.tpu("TPU v5e", None), "mesh_shape must be a tuple of sizes"),
+        (lambda: hw.tpu("TPU v5e", None), "mesh_shape must be a positive integer or a list"),
         (lambda: formulas.paper_bubble("nope", 4, 8), "not one of the choices"),
         (lambda: formulas.paper_bubble("1f1b", 4, -3), "m must be a positive integer"),
         (lambda: zigzag_order(64, NAN), "devices must be an integer"),
         (lambda: plan("ring", 1024, 8, None, 8), "hidden must be an integer"),
         (lambda: compare.layer("ring", 1024, 8, 512, 8, causal="yes"), "True or False"),
-        (lambda: compare.layer("ring", 1024, 8, 512, 8, system=None), "system = None"),
+        (lambda: compare.layer("ring", 1024, 8, 512, 8, system=None), "system must be a System"),
         (lambda: compare.hiding_block(0), "hidden must be a positive integer"),
         (lambda: torch_plan.parse("nope"), "not one of torch's pipeline actions"),
         (lambda: torch_plan.parse(5), "action must be torch's action as text"),

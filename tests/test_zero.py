@@ -125,9 +125,9 @@ def test_parameters_after_adam_steps_equal_one_devices(stage):
 
 
 def test_measure_rejects_bad_input():
-    with pytest.raises(zero.ZeroError, match="stage must be 0, 1, 2 or 3"):
+    with pytest.raises(zero.ZeroError, match="stage = 4 is not one of the choices: 0, 1, 2, 3"):
         zero.measure(4, 4, 16)
-    with pytest.raises(zero.ZeroError, match="layers and width must be positive"):
+    with pytest.raises(zero.ZeroError, match="layers must be a positive integer"):
         zero.measure(1, 0, 16)
 
 

@@ -18,6 +18,8 @@ from jax.sharding import AxisType, Mesh
 from tpviz import compat, distributed
 from tpviz.core import validate
 from tpviz.core.host_memory import refuse_beyond_memory
+from tpviz.core.kinds import Index
+from tpviz.core.public import public
 from tpviz.errors import DeviceSetupError, ShardingError
 
 _chosen: list = []  # the devices setup_devices picked; make_mesh uses them by default
@@ -59,8 +61,9 @@ def _fallback_line(n: int, accelerators: Sequence) -> str:
     return line + "."
 
 
+@public(error=DeviceSetupError)
 def setup_devices(n: int = 8, *, processes: int | str | None = None,
-                  process_id: int | None = None,
+                  process_id: Index | None = None,
                   coordinator: str | None = None, timeout: float = 120.0,
                   verbose: bool = True) -> list:
     """Make ``n`` devices available and return them.
@@ -203,6 +206,7 @@ def chosen_devices() -> list:
     return list(_chosen) or jax.devices()
 
 
+@public
 def make_mesh(
     shape: Sequence[int],
     axis_names: Sequence[str],

@@ -19,11 +19,15 @@ class TpvizError(Exception):
         return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
 
 
-class ShardingError(TpvizError, ValueError):
+class ArgumentError(TpvizError, ValueError):
+    """An argument with a value that makes no sense (negative, NaN, not one of the choices)."""
+
+
+class ShardingError(ArgumentError):
     """A shape, partition spec or mesh that do not fit together."""
 
 
-class NotationError(TpvizError, ValueError):
+class NotationError(ArgumentError):
     """A sharding-notation string such as ``"A[I_XY, J]"`` that cannot be parsed."""
 
 
@@ -40,16 +44,12 @@ class SolverError(TpvizError, ValueError):
     optimum: a time or iteration limit, or a numerical failure."""
 
 
-class ScheduleError(TpvizError, ValueError):
+class ScheduleError(ArgumentError):
     """Counts that do not make a pipeline schedule, or an unknown schedule name."""
 
 
-class ZeroError(TpvizError, ValueError):
+class ZeroError(ArgumentError):
     """A ZeRO stage outside 0-3 or a non-positive size."""
-
-
-class ArgumentError(TpvizError, ValueError):
-    """An argument with a value that makes no sense (negative, NaN, not one of the choices)."""
 
 
 class ArgumentTypeError(TpvizError, TypeError):

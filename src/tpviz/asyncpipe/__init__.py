@@ -14,6 +14,9 @@ from tpviz.asyncpipe.explore import explore_zoo
 from tpviz.asyncpipe.formulas import FORMULAS, Row, table
 from tpviz.asyncpipe.runs import CONTROLS, RUNS, versions
 from tpviz.asyncpipe.stale import Curve, train
+from tpviz.core.publish import publish
 
 __all__ = ["CONTROLS", "FORMULAS", "RUNS", "Curve", "Row", "draw", "explore_zoo", "spread",
            "table", "train", "versions"]
+
+publish(globals())

@@ -8,26 +8,28 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from tpviz.asyncpipe.stale import Curve
 from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Axes, Numbers, OneOf, Size
 from tpviz.pipeline.draw import IDLE, time_axes
 from tpviz.pipeline.simulate import Timeline
 
 SHADE = {"F": 0.0, "B": 0.55, "BW": 0.55, "W": -0.4}  # B lighter, W darker than F
 
 
-def version_colours(versions: int) -> np.ndarray:
+def version_colours(versions: Size(4096, "more colours cannot be told apart")) -> np.ndarray:
     """One base colour per weight version (a cycle of 10)."""
     return np.array([to_rgb(c) for c in palette(min(max(versions, 1), 10))])
 
 
-def op_colour(base: np.ndarray, kind: str) -> np.ndarray:
+def op_colour(base: Numbers, kind: OneOf(SHADE)) -> np.ndarray:
     """The colour(s) ``base`` of a version, shaded for the op's kind."""
-    k = SHADE[kind]
+    k, base = SHADE[kind], np.asarray(base, float)
     return base + (1 - base) * k if k >= 0 else base * (1 + k)
 
 
-def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
+def gantt_versions(t: Timeline, ax: Axes | None = None, labels: bool | None = None) -> Figure:
     """Devices × time, one box per op, coloured by the weight version it reads (synchronous
     schedules: one colour, version 0); F full colour, B lighter, W darker; grey = idle. Charts
     of more than 1,500 ops are painted as an image (fast)."""
@@ -89,7 +91,8 @@ def gantt_versions(t: Timeline, ax=None, labels: bool | None = None) -> Figure:
     return ax.figure
 
 
-def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figure:
+def losses(curves: dict[str, Curve], ax: Axes | None = None, title: str = "",
+           legend: bool = True) -> Figure:
     """Loss of the current weights after every step, one colour per run (log scale): the
     median over the seeds as a line, the band from the lowest to the highest seed shaded."""
     if ax is None:
@@ -112,7 +115,7 @@ def losses(curves: dict, ax=None, title: str = "", legend: bool = True) -> Figur
     return ax.figure
 
 
-def curves_panels(panels: dict, title: str = "") -> Figure:
+def curves_panels(panels: dict[str, dict[str, Curve]], title: str = "") -> Figure:
     """Runs of one learning rate in panels side by side, ``{panel title: {label: Curve}}``,
     each panel with its own legend below it (median over seeds, min-max band): at most 8 runs a
     panel keeps every colour distinct."""
@@ -128,7 +131,7 @@ def curves_panels(panels: dict, title: str = "") -> Figure:
     return fig
 
 
-def curves_side_by_side(results: dict, title: str = "") -> Figure:
+def curves_side_by_side(results: dict[float, dict[str, Curve]], title: str = "") -> Figure:
     """One panel per learning rate of :func:`tpviz.asyncpipe.stale.train`'s result, side by
     side (median over seeds, min-max band), and one legend below them."""
     fig = column_figure(4.6, layout="constrained")

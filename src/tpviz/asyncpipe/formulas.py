@@ -11,8 +11,10 @@ bubble per step when steps run back to back without a flush
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from tpviz.core import validate
+from tpviz.core.rules import Choice, Seq
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import schedule, simulate, steady_state
 from tpviz.pipeline.plan import ZOO
@@ -61,7 +63,10 @@ def paper_bubble(name: str, p: int, m: int) -> float:
     if name in ("1f1b", "pipedream", "2bw", "pipemare", "ampnet"):
         return (p - 1) / (m + p - 1)
     if name == "chimera":
-        return (p - 2) / (2 * m + p - 2) if m % p == 0 else float("nan")
+        if m % p:
+            raise ScheduleError(f"paper_bubble: Chimera's formula (p - 2)/(2m + p - 2) holds for "
+                                f"m a multiple of p; got p = {p}, m = {m}.")
+        return (p - 2) / (2 * m + p - 2)
     if name in ("zb-h2", "zb-v"):
         return 0.0
     if name == "zb-h1":
@@ -84,12 +89,15 @@ def row(name: str, p: int, m: int) -> Row:
     sched = schedule(name, p, m)
     t = simulate(sched, *times)
     source, bubble, stale, copies = FORMULAS[name]
-    return Row(name, source, bubble, paper_bubble(name, p, m), t.bubble_fraction,
+    paper = float("nan") if name == "chimera" and m % p else paper_bubble(name, p, m)
+    return Row(name, source, bubble, paper, t.bubble_fraction,
                steady_state(sched, *times).bubble_fraction, t.makespan - t.work(0), stale,
                t.staleness, copies, t.weight_copies, t.peak_activations)
 
 
-def table(p: int = 4, m: int = 8, names=("1f1b", "zb-h1", *ZOO)) -> list[Row]:
+def table(p: int = 4, m: int = 8,
+          names: Annotated[tuple, Seq(Choice(lambda: FORMULAS), 1)] = ("1f1b", "zb-h1", *ZOO)
+          ) -> list[Row]:
     """:func:`row` for every schedule (chimera at m rounded down to a multiple of p, its
     formula's case)."""
     return [row(n, p, max(p, m - m % p) if n == "chimera" else m) for n in names]

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpviz.core.kinds import HELD, Items, Of, Size
+from tpviz.core.validate import integer
+from tpviz.errors import ArgumentError
 from tpviz.pipeline import schedule, simulate
 
 STAGES = 4
@@ -28,13 +31,19 @@ CONTROLS = {"delay 1 on every stage": ((1, 1, 1, 1), 1),
             "delay 3 on the last stage only": ((0, 0, 0, 3), 1)}
 
 
-def versions(name, steps: int, stages: int = STAGES) -> tuple[np.ndarray, np.ndarray, int]:
+def versions(name: Of(str, Items), steps: Size(2**16, HELD), stages: Size(64, HELD) = STAGES
+             ) -> tuple[np.ndarray, np.ndarray, int]:
     """(forward version, backward version) of every (step, stage), and microbatches per update,
     read off the simulated timeline of schedule ``name`` ("sync": the newest version, one
     update per microbatch; "flush": the newest, one update per p microbatches); or, for
     ``name`` = (delays, per_update) of :data:`CONTROLS`, the newest minus stage s's delay."""
     if not isinstance(name, str):
-        delays, per_update = name
+        if len(name) != 2 or not isinstance(name[0], tuple | list) or len(name[0]) != stages:
+            raise ArgumentError(f"name = {name!r}: give a schedule's name or (delays, "
+                                f"per_update) with one delay per stage ({stages}), as in "
+                                f"CONTROLS.")
+        delays = tuple(integer(f"name[0][{i}]", d, minimum=0) for i, d in enumerate(name[0]))
+        per_update = integer("name[1]", name[1])
         newest = np.arange(steps)[:, None] // per_update
         read = np.maximum(newest - np.asarray(delays)[None, :], 0)
         return read, read, per_update

@@ -11,21 +11,27 @@ from __future__ import annotations
 import numpy as np
 
 from tpviz.asyncpipe.runs import reference
+from tpviz.asyncpipe.stale import Curve
+from tpviz.core.kinds import KeyOf
+from tpviz.errors import ArgumentError
 
 
-def ratios(curves: dict, label: str) -> np.ndarray:
+def ratios(curves: dict[str, Curve], label: KeyOf("curves")) -> np.ndarray:
     """Per seed: run ``label``'s final loss over that of the synchronous run of the same rhythm
     (:func:`tpviz.asyncpipe.runs.reference`) and seed. ``curves``: ``{label: Curve}`` of one
     learning rate; it must hold the reference run."""
+    if reference(label) not in curves:
+        raise ArgumentError(f"curves has no run {reference(label)!r}, the synchronous run that "
+                            f"{label!r} is compared with; train it too.")
     return curves[label].finals / curves[reference(label)].finals
 
 
-def wins(curves: dict, a: str, b: str) -> int:
+def wins(curves: dict[str, Curve], a: KeyOf("curves"), b: KeyOf("curves")) -> int:
     """In how many seeds run ``a`` ends below run ``b``."""
     return int(np.sum(curves[a].finals < curves[b].finals))
 
 
-def table(results: dict) -> str:
+def table(results: dict[float, dict[str, Curve]]) -> str:
     """One line per learning rate and run: the final loss (min, median, max over the seeds)
     and its ratio to the synchronous run of the same rhythm (min - max)."""
     lines = []
@@ -43,6 +49,6 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def diverges(curve) -> np.ndarray:
+def diverges(curve: Curve) -> np.ndarray:
     """Per seed: whether the run ends (its final loss) above its loss after the first step."""
     return curve.finals > curve.losses[:, 0]

@@ -38,6 +38,7 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz.asyncpipe.runs import CONTROLS, RUNS, STAGES, tables, versions  # noqa: F401
 from tpviz.core import compiled, validate, verify
+from tpviz.core.kinds import ArrayOf, Index, Items, Positive
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ArgumentError, ArgumentTypeError, DeviceSetupError
 from tpviz.pipeline.run import init
@@ -51,7 +52,7 @@ class Curve:
 
     label: str
     seeds: tuple[int, ...]
-    losses: np.ndarray  # [seeds, steps]: loss of the current weights on the fixed batch
+    losses: ArrayOf(2)  # [seeds, steps]: loss of the current weights on the fixed batch
     forward_lag: np.ndarray  # [steps, stages]: updates between the newest and the forward's
     backward_lag: np.ndarray  # [steps, stages]: the same for the backward
 
@@ -61,8 +62,11 @@ class Curve:
         tail = max(1, self.losses.shape[1] // 10)
         return self.losses[:, -tail:].mean(axis=1)
 
-    def seed(self, seed: int) -> np.ndarray:
+    def seed(self, seed: Index) -> np.ndarray:
         """The loss curve of one seed."""
+        if seed not in self.seeds:
+            raise ArgumentError(f"seed = {seed!r} was not run; this curve's seeds are "
+                                f"{list(self.seeds)}.")
         return self.losses[self.seeds.index(seed)]
 
 
@@ -157,9 +161,9 @@ def _program(mesh, stages: int, slots: int, beta: float, gamma: float):
         out_specs=P(AXIS), check_vma=False))
 
 
-def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16,
-          rows: int = 16, momentum: float = 0.9, warmup: int | None = None,
-          seeds=range(5), steep: float = 1.0) -> Runs:
+def train(labels: Items = tuple(RUNS), steps: int = 300, lrs: Items = (0.05, 0.2),
+          width: int = 16, rows: int = 16, momentum: float = 0.9, warmup: Index | None = None,
+          seeds: Items = range(5), steep: Positive = 1.0) -> Runs:
     """Train the 4-stage MLP once per label of :data:`RUNS` or :data:`CONTROLS`, learning
     rate and seed (for one seed, every run has the same data and start): ``{lr: {label:
     Curve}}`` (a :class:`Runs`, whose ``program`` is the compiled program). Each run executes
@@ -200,6 +204,10 @@ def train(labels=tuple(RUNS), steps: int = 300, lrs=(0.05, 0.2), width: int = 16
             if run is None:
                 run = _compiled(mesh, momentum, args)
             losses[key, seed] = verify.host(run(*args), np.float32)[0, 0]
+            if not np.isfinite(losses[key, seed]).all():
+                raise ArgumentError(f"train: the run {key[1]!r} at lr = {key[0]:g} (seed {seed}) "
+                                    f"diverged to NaN or infinity; use a smaller learning rate "
+                                    f"(the chapter's are 0.05 and 0.2).")
     out = Runs({lr: {} for lr in lrs})
     out.program = run
     for (lr, label), t in table.items():
@@ -265,7 +273,10 @@ def _rates(lrs) -> tuple[float, ...]:
     if isinstance(lrs, str) or not hasattr(lrs, "__iter__"):
         raise ArgumentTypeError(f"lrs must be a tuple of learning rates such as (0.05, 0.2), "
                                 f"got {lrs!r}.")
-    lrs = tuple(validate.number("lrs[i]", x, positive=True) for x in lrs)
+    lrs = tuple(validate.number(f"lrs[{i}]", x, positive=True) for i, x in enumerate(lrs))
+    if max(lrs, default=0) > 10:
+        raise ArgumentError(f"lrs = {lrs}: a learning rate above 10 makes this MLP's SGD "
+                            f"diverge at once (the chapter's are 0.05 and 0.2).")
     if not lrs or len(set(lrs)) != len(lrs):
         raise ArgumentError(f"lrs must hold one or more different learning rates, got {lrs}.")
     return lrs

@@ -35,6 +35,7 @@ from tpviz.autoshard.solve import (
 )
 from tpviz.autoshard.stages import Stages, brute_stages, stages
 from tpviz.autoshard.strategies import Strategy, layouts, reshard, strategies
+from tpviz.core.publish import publish
 
 __all__ = ["Builder", "Graph", "Op", "Problem", "Run", "Solution", "Stages", "Strategy",
            "brute_force", "brute_stages", "data_parallel", "draw", "execute",
@@ -42,3 +43,5 @@ __all__ = ["Builder", "Graph", "Op", "Problem", "Run", "Solution", "Stages", "St
            "is_data_parallel", "is_megatron", "layouts", "megatron", "mlp", "problem", "program",
            "render_autoshard", "reshard", "same_strategies", "solve", "solve_problem", "stages",
            "strategies", "submesh_costs", "switch_batch", "transformer"]
+
+publish(globals())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.autoshard.graph import Graph, mlp
+from tpviz.autoshard.graph import OPS, Graph, mlp
 from tpviz.autoshard.solve import (
     Problem,
     Solution,
@@ -21,6 +21,8 @@ from tpviz.autoshard.solve import (
     solution,
     solve,
 )
+from tpviz.core.cost import System
+from tpviz.core.kinds import MeshShape, Size
 from tpviz.errors import ArgumentError
 
 COLUMN, ROW, FOLLOW = ("w1", "qkv"), ("w2", "out"), ("gelu", "attn")
@@ -43,7 +45,8 @@ def _problem(graph, mesh_shape, system) -> Problem:
     return graph if isinstance(graph, Problem) else problem(graph, mesh_shape, system)
 
 
-def data_parallel(graph: Graph | Problem, mesh_shape=None, system=None) -> Solution:
+def data_parallel(graph: Graph | Problem, mesh_shape: MeshShape | None = None,
+                  system: System | None = None) -> Solution:
     """Every op split along the batch (rows) over all mesh axes; weights replicated (``graph``
     may be a tabulated :class:`Problem`, then without mesh and system)."""
     p = _problem(graph, mesh_shape, system)
@@ -52,7 +55,8 @@ def data_parallel(graph: Graph | Problem, mesh_shape=None, system=None) -> Solut
         options, lambda s: s.in_specs[0] == P(axes, None) and s.out_spec[0] == axes))
 
 
-def megatron(graph: Graph | Problem, mesh_shape=None, system=None) -> Solution:
+def megatron(graph: Graph | Problem, mesh_shape: MeshShape | None = None,
+             system: System | None = None) -> Solution:
     """Megatron over all mesh axes: ``w1``/``qkv`` column-parallel, ``w2``/``out`` row-parallel,
     ``gelu``/``attn`` on the split columns, the rest replicated.
 
@@ -94,7 +98,8 @@ def is_megatron(solution: Solution) -> bool:
                for s in solution.choice.values() if s.weight_spec is not None)
 
 
-def switch_batch(hidden: int, ffn: int, mesh_shape, system, layers: int = 1,
+def switch_batch(hidden: int, ffn: int, mesh_shape: MeshShape, system: System,
+                 layers: Size(64, OPS) = 1,
                  largest: int = 2**24) -> int:
     """The smallest batch (a multiple of the device count) at which the solver picks data
     parallelism for the MLP, by bisection (the choice flips once as the batch grows).
@@ -120,7 +125,7 @@ def switch_batch(hidden: int, ffn: int, mesh_shape, system, layers: int = 1,
     return hi * n
 
 
-def greedy(graph: Graph, mesh_shape, system) -> Solution:
+def greedy(graph: Graph, mesh_shape: MeshShape, system: System) -> Solution:
     """Op by op in order, the strategy cheapest for that op alone: its own cost plus the
     resharding from what its producers already chose. Not optimal in general."""
     p = problem(graph, mesh_shape, system)

@@ -10,6 +10,7 @@ from tpviz.autoshard.stages import Stages
 from tpviz.autoshard.strategies import Strategy
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import DRAWN, Inches, Size
 from tpviz.core.notation import axes_of
 
 COLOURS = {"data parallel": OKABE_ITO[1], "column-parallel": OKABE_ITO[0],
@@ -33,8 +34,8 @@ def label(s: Strategy) -> str:
             "columns split" if cols else "replicated")
 
 
-def graph(solution: Solution, per_row: int = 8, title: str = "", notation: bool = True,
-          width: float = 10) -> Figure:
+def graph(solution: Solution, per_row: Size(64, DRAWN) = 8, title: str = "", notation: bool = True,
+          width: Inches = 10) -> Figure:
     """The graph left to right (wrapping after ``per_row`` ops), each op coloured by its chosen
     strategy, with its notation below it (``notation=False`` leaves it out: smaller, faster)."""
     ops = solution.problem.graph.ops

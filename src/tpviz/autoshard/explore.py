@@ -13,6 +13,7 @@ from tpviz.autoshard.graph import mlp
 from tpviz.autoshard.solve import problem, solve_problem
 from tpviz.core import cost
 from tpviz.core.collectives import html_table
+from tpviz.core.kinds import OneOf, Rate
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.errors import ArgumentError
@@ -34,7 +35,7 @@ def _plans(mesh: str, bandwidth_gbs: float, batch: int, hidden: int, limit_gib: 
     return solve_problem(p, memory_limit=limit), rows, limit
 
 
-def render_autoshard(mesh: str = "8", bandwidth_gbs: float = 450.0, batch: int = 8192,
+def render_autoshard(mesh: OneOf(MESHES) = "8", bandwidth_gbs: Rate = 450.0, batch: int = 8192,
                      hidden: int = 4096, limit_gib: float = 0.0) -> tuple[str, Figure]:
     """The solver's choice (a figure) and a table of its cost beside data parallelism and
     Megatron, for one MLP block with F = 4H in bf16 (``limit_gib`` 0: no memory limit)."""
@@ -55,7 +56,7 @@ def render_autoshard(mesh: str = "8", bandwidth_gbs: float = 450.0, batch: int =
     return table, fig
 
 
-def explore_autoshard(mesh: str = "8", bandwidth_gbs: float = 450.0, batch: int = 8192,
+def explore_autoshard(mesh: OneOf(MESHES) = "8", bandwidth_gbs: Rate = 450.0, batch: int = 8192,
                       hidden: int = 4096, limit_gib: float = 0.0) -> Live:
     """Mesh shape, bandwidth, batch, hidden size and a memory limit → the ILP's choice and its
     cost next to data parallelism and Megatron."""

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 
 from tpviz.core import layout
 from tpviz.core import validate as check
+from tpviz.core.kinds import Dtype, OneOf, Size
 from tpviz.errors import ArgumentError, ShardingError
 
 KINDS = {"matmul": ("matmul",), "elementwise": ("gelu", "add", "heads"), "reduction": ("sum",)}
+OPS = "each layer adds ops to the graph the solver works through"
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,8 @@ class Op:
     """
 
     name: str
-    kind: str
-    fn: str
+    kind: OneOf(KINDS)
+    fn: OneOf(("matmul", "gelu", "add", "heads", "sum"))
     inputs: tuple[str, ...]
     in_shapes: tuple[tuple[int, int], ...]
     shape: tuple[int, int]
@@ -130,7 +132,7 @@ def _positive(**sizes) -> None:
 class Builder:
     """Adds ops one at a time and checks their shapes."""
 
-    def __init__(self, dtype="float32", **inputs: tuple[int, int]):
+    def __init__(self, dtype: Dtype = "float32", **inputs: tuple[int, int]):
         layout.dtype_of(dtype)
         self.dtype, self.inputs, self.ops = str(layout.dtype_of(dtype)), dict(inputs), []
         self.shapes = {k: tuple(v) for k, v in inputs.items()}
@@ -146,7 +148,9 @@ class Builder:
             raise ArgumentError(f"the name {name!r} is used twice; give every op its own name.")
         for i in inputs:
             if i not in self.shapes:
-                raise ArgumentError(f"op {name!r} reads {i!r}, which is not defined before it.")
+                which = "x = " if len(inputs) == 1 else ""
+                raise ArgumentError(f"op {name!r} reads {which}{i!r}, which is not defined "
+                                    f"before it.")
         if dims is None:
             dims = (self._dim(inputs[0]),) * 2 if inputs else ("H", "H")
         op = Op(name, kind, fn, tuple(inputs), tuple(self.shapes[i] for i in inputs),
@@ -176,6 +180,10 @@ class Builder:
         return self._add(name, "elementwise", "gelu", [x], self.shapes.get(x, (0, 0)))
 
     def add(self, name: str, a: str, b: str) -> str:
+        for arg, i in (("a", a), ("b", b)):
+            if i not in self.shapes:
+                raise ArgumentError(f"op {name!r} reads {arg} = {i!r}, which is not defined "
+                                    f"before it.")
         if self.shapes.get(a) != self.shapes.get(b):
             raise ShardingError(f"add {name!r}: {a} is {self.shapes.get(a)} but {b} is "
                                 f"{self.shapes.get(b)}; an element-wise add needs equal shapes.")
@@ -202,7 +210,8 @@ class Builder:
                      {k: self.dims[k] for k in self.inputs})
 
 
-def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype="float32") -> Graph:
+def mlp(batch: int, hidden: int, ffn: int, layers: Size(64, OPS) = 1, dtype: Dtype = "float32"
+        ) -> Graph:
     """``layers`` MLP blocks, each ``matmul [B, H]·[H, F] → gelu → matmul [B, F]·[F, H]``.
 
     Raises:
@@ -218,8 +227,8 @@ def mlp(batch: int, hidden: int, ffn: int, layers: int = 1, dtype="float32") -> 
     return g.graph()
 
 
-def transformer(tokens: int, hidden: int, ffn: int, heads: int, layers: int = 1,
-                dtype="float32") -> Graph:
+def transformer(tokens: int, hidden: int, ffn: int, heads: int, layers: Size(64, OPS) = 1,
+                dtype: Dtype = "float32") -> Graph:
     """``layers`` transformer blocks (8 ops each): ``qkv`` matmul ``[B, H]·[H, 3H]``, the
     head-local attention core, ``out`` matmul ``[H, H]``, residual add, MLP (``w1``, gelu,
     ``w2``), residual add. Layer norms are left out.

@@ -6,11 +6,13 @@ from __future__ import annotations
 from tpviz.autoshard.solve import GRADIENT_SYNC, solve
 from tpviz.autoshard.stages import _check
 from tpviz.core import validate as check
+from tpviz.core.cost import System
+from tpviz.core.kinds import Items
 from tpviz.errors import ArgumentError
 
 
-def submesh_costs(layers, submeshes, system, microbatches: int = 1, in_ilp: bool = False
-                  ) -> dict[tuple[int, ...], list[float]]:
+def submesh_costs(layers: Items, submeshes: Items, system: System, microbatches: int = 1,
+                  in_ilp: bool = False) -> dict[tuple[int, ...], list[float]]:
     """Each layer's seconds per microbatch on each submesh, from the intra-op ILP: the cost of
     :func:`tpviz.autoshard.solve` on a mesh of the submesh's shape (``(1, n)``: one axis "X"
     of n; ``(a, b)``: "X" of a × "Y" of b), with its weight-gradient all-reduces divided by

@@ -20,6 +20,7 @@ from tpviz.autoshard.graph import Graph, Op
 from tpviz.autoshard.solve import Solution
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import JaxMesh, Seed
 from tpviz.devices import local_device
 from tpviz.errors import ArgumentError, ShardingError
 
@@ -101,8 +102,8 @@ def _mesh_matches(solution: Solution, mesh) -> None:
                             f"{tuple(want)}).")
 
 
-def program(graph: Graph, solution: Solution, mesh, constrain: str = "all",
-            training: bool = False, seed: int = 0):
+def program(graph: Graph, solution: Solution, mesh: JaxMesh, constrain: str = "all",
+            training: bool = False, seed: Seed = 0):
     """``(jitted function, its argument)``: the forward pass, or with ``training`` the forward
     and backward pass (``jax.vjp`` with a seeded output gradient; gradients of the input and of
     every weight).
@@ -155,7 +156,7 @@ class Run:
             1.0, self.planned.sent_bytes())
 
 
-def execute(graph: Graph, solution: Solution, mesh, seed: int = 0,
+def execute(graph: Graph, solution: Solution, mesh: JaxMesh, seed: Seed = 0,
             training: bool = False) -> Run:
     """Run the solution's forward pass (with ``training``: forward and backward) on ``mesh``,
     compare it with the unsharded reference and read the compiled collectives.
@@ -181,7 +182,7 @@ def execute(graph: Graph, solution: Solution, mesh, seed: int = 0,
     return Run(verify.relative_error(got, want), compiled.collectives(exe), planned)
 
 
-def gspmd_collectives(graph: Graph, solution: Solution, mesh, training: bool = True,
+def gspmd_collectives(graph: Graph, solution: Solution, mesh: JaxMesh, training: bool = True,
                       constrain: str = "inputs") -> Collectives:
     """The compiled collectives when only the arguments carry the solution's shardings (GSPMD
     propagates the rest), or with ``constrain="all"``, every op's."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,7 +28,8 @@ from tpviz.autoshard.graph import Graph, Op
 from tpviz.autoshard.strategies import GRADIENT_SYNC, Strategy, reshard, strategies
 from tpviz.core import cost
 from tpviz.core import validate as check
-from tpviz.core.collectives import Collectives
+from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import Bytes, Callback, Indices, MeshShape
 from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError, SolverError
 
 
@@ -66,19 +68,29 @@ class Problem:
     edge: tuple[np.ndarray, ...]  # per edge: [producer strategy, consumer strategy]
     memory: tuple[np.ndarray, ...]  # per op: bytes per device of each strategy
 
-    def time(self, collectives) -> float:  # each priced by the system: its torus or its nodes
+    def _fits(self, choice) -> None:
+        if len(choice) != len(self.options) or any(
+                not 0 <= i < len(o) for i, o in zip(choice, self.options, strict=True)):
+            raise ArgumentError(f"choice = {tuple(choice)} must give one strategy index per op "
+                                f"({len(self.options)}), each below its op's number of "
+                                f"strategies {tuple(map(len, self.options))}.")
+
+    def time(self, collectives: Sequence[Collective]) -> float:  # on the system's network
         return sum(self.system.price(c).seconds for c in collectives)
 
-    def cost(self, choice) -> float:
+    def cost(self, choice: Indices) -> float:
         """Seconds per step of one strategy index per op."""
+        self._fits(choice)
         return float(sum(self.node[v][i] for v, i in enumerate(choice)) + sum(
             self.edge[k][choice[u], choice[v]] for k, (u, v, _) in enumerate(self.edges)))
 
-    def bytes(self, choice) -> int:
+    def bytes(self, choice: Indices) -> int:
+        self._fits(choice)
         return int(sum(self.memory[v][i] for v, i in enumerate(choice)))
 
 
-def problem(graph: Graph, mesh_shape, system, microbatches: int = 1) -> Problem:
+def problem(graph: Graph, mesh_shape: MeshShape, system: cost.System, microbatches: int = 1
+            ) -> Problem:
     """Enumerate strategies and tabulate node and edge costs (no solving); with
     ``microbatches`` = m, a weight gradient's all-reduce costs 1/m (reduced once per m)."""
     if not isinstance(graph, Graph):
@@ -166,7 +178,8 @@ def _infeasible(p: Problem, limit: float) -> ShardingError:
                          "use a larger mesh.")
 
 
-def solve(graph: Graph, mesh_shape, system, memory_limit=None, microbatches=1) -> Solution:
+def solve(graph: Graph, mesh_shape: MeshShape, system: cost.System,
+          memory_limit: Bytes | None = None, microbatches: int = 1) -> Solution:
     """The cheapest strategy per op, by Alpa's ILP (``scipy.optimize.milp``, HiGHS).
 
     Args:
@@ -183,7 +196,7 @@ def solve(graph: Graph, mesh_shape, system, memory_limit=None, microbatches=1) -
     return solve_problem(problem(graph, mesh_shape, system, microbatches), memory_limit)
 
 
-def solve_problem(p: Problem, memory_limit=None) -> Solution:
+def solve_problem(p: Problem, memory_limit: Bytes | None = None) -> Solution:
     """:func:`solve` for a problem already tabulated (to solve it under several limits)."""
     limit = _limit(memory_limit)
     sizes = [len(o) for o in p.options]
@@ -242,7 +255,8 @@ def solve_problem(p: Problem, memory_limit=None) -> Solution:
     return solution(p, choice)
 
 
-def brute_force(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution:
+def brute_force(graph: Graph, mesh_shape: MeshShape, system: cost.System,
+                memory_limit: Bytes | None = None) -> Solution:
     """The cheapest strategy per op by trying every combination (small graphs only).
 
     Raises:
@@ -267,7 +281,7 @@ def brute_force(graph: Graph, mesh_shape, system, memory_limit=None) -> Solution
     return solution(p, best)
 
 
-def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
+def fixed(graph: Graph, mesh_shape: MeshShape, system: cost.System, pick: Callback) -> Solution:
     """The solution where ``pick(op, strategies)`` names each op's strategy (by notation or
     index), e.g. data parallelism or Megatron, for comparison with the solver's choice.
 
@@ -277,7 +291,7 @@ def fixed(graph: Graph, mesh_shape, system, pick) -> Solution:
     return fixed_problem(problem(graph, mesh_shape, system), pick)
 
 
-def fixed_problem(p: Problem, pick) -> Solution:
+def fixed_problem(p: Problem, pick: Callback) -> Solution:
     """:func:`fixed` for a problem already tabulated. Shared inputs take the layout cheapest for
     their readers' picks."""
     choice: list[int] = []
@@ -291,6 +305,9 @@ def fixed_problem(p: Problem, pick) -> Solution:
             if want not in names:
                 raise ArgumentError(f"op {op.name!r} has no strategy {want!r}; it has {names}.")
             want = names.index(want)
+        if isinstance(want, bool) or not isinstance(want, int) or not 0 <= want < len(names):
+            raise ArgumentError(f"pick chose {want!r} for op {op.name!r}; give one of its "
+                                f"strategies {names} or an index below {len(names)}.")
         choice.append(int(want))
     for v, op in enumerate(p.ops):
         if op.kind == "input":

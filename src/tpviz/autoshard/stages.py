@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tpviz.core import validate as check
+from tpviz.core.kinds import Any_, Bytes, Devices, Items
 from tpviz.errors import ArgumentError, ArgumentTypeError
 from tpviz.pipeline.plan import balance
 
@@ -51,11 +52,12 @@ class Stages:
 
 def _shape(s) -> tuple[int, ...]:
     if isinstance(s, tuple) and s:
-        return tuple(check.integer("a submesh's size", n) for n in s)
+        return tuple(check.integer("submeshes: a submesh's size", n) for n in s)
     try:
         return (check.integer("a submesh", s),)
     except (ArgumentError, ArgumentTypeError):
-        raise ArgumentError(f"a submesh is a device count or a shape such as (1, 2), got "
+        raise ArgumentError(f"submeshes: a submesh is a device count or a shape such as (1, 2), "
+                            f"got "
                             f"{s!r}.") from None
 
 
@@ -96,7 +98,7 @@ def _check(devices, microbatches, submeshes):
                                 f"[(1, 1), (1, 2)], got {submeshes!r}.")
     found = list(dict.fromkeys(_shape(s) for s in submeshes))
     if not found:
-        raise ArgumentError("give at least one submesh shape.")
+        raise ArgumentError("submeshes is empty: give at least one submesh shape.")
     return devices, microbatches, found
 
 
@@ -123,8 +125,8 @@ def _prepared(layer_costs, devices, microbatches, submeshes, memory, memory_limi
     return devices, microbatches, shapes, costs, k, _fits(memory, memory_limit, k, microbatches)
 
 
-def stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
-           memory_limit=None) -> Stages:
+def stages(layer_costs: Any_, devices: Devices, microbatches: int, submeshes: Items,
+           memory: Items | None = None, memory_limit: Bytes | None = None) -> Stages:
     """Contiguous stages and a submesh for each, minimising ``Σ t_i + (m − 1) · max t_i``.
 
     Args:
@@ -236,8 +238,8 @@ def _dp(t, k, devices, shapes, t_max, fits):
     return value, out
 
 
-def brute_stages(layer_costs, devices: int, microbatches: int, submeshes, memory=None,
-                 memory_limit=None) -> Stages:
+def brute_stages(layer_costs: Any_, devices: Devices, microbatches: int, submeshes: Items,
+                 memory: Items | None = None, memory_limit: Bytes | None = None) -> Stages:
     """Every contiguous split × submesh assignment using exactly ``devices`` (small cases)."""
     devices, microbatches, shapes, costs, k, fits = _prepared(
         layer_costs, devices, microbatches, submeshes, memory, memory_limit)

@@ -33,6 +33,7 @@ from tpviz import matmul
 from tpviz.autoshard.graph import Op
 from tpviz.core import layout, validate
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import Dtype, MeshShape, Sizes, SpecLike
 from tpviz.core.notation import as_spec, axes_of, to_notation
 from tpviz.errors import ShardingError
 
@@ -65,7 +66,7 @@ def _spec(dims: list[list[str]]) -> P:
     return P(*(None if not d else d[0] if len(d) == 1 else tuple(d) for d in dims))
 
 
-def layouts(shape, mesh_shape) -> list[P]:
+def layouts(shape: Sizes(), mesh_shape: MeshShape) -> list[P]:
     """Every layout of a matrix: each mesh axis on rows, on columns or on neither (3^k of
     them), keeping those whose sizes divide."""
     names, found = list(mesh_shape), []
@@ -166,7 +167,7 @@ def _input(op: Op, mesh_shape, size: int, dtype: str) -> list[Strategy]:
             for spec in layouts(op.shape, mesh_shape)]
 
 
-def strategies(op: Op, mesh_shape, dtype="float32") -> list[Strategy]:
+def strategies(op: Op, mesh_shape: MeshShape, dtype: Dtype = "float32") -> list[Strategy]:
     """The strategies of ``op`` on ``mesh_shape`` (axis name → size) whose sizes divide.
 
     Raises:
@@ -188,7 +189,8 @@ def _cached(op: Op, mesh: tuple, dtype: str) -> tuple[Strategy, ...]:
     return tuple(make(op, dict(mesh), layout.dtype_size(dtype), dtype))
 
 
-def reshard(shape, src, dst, mesh_shape, dtype="float32") -> Collectives:
+def reshard(shape: Sizes(), src: SpecLike, dst: SpecLike, mesh_shape: MeshShape,
+            dtype: Dtype = "float32") -> Collectives:
     """The collectives that turn an array laid out as ``src`` into ``dst``, one mesh axis at a
     time: first the free local slices (replicated → sharded), then all-to-alls (moved to the
     other dimension), then all-gathers (sharded → replicated), each on the current block.
@@ -197,9 +199,18 @@ def reshard(shape, src, dst, mesh_shape, dtype="float32") -> Collectives:
     """
     mesh_shape = validate.mesh_shape("mesh_shape", mesh_shape)
     shape = tuple(validate.integer(f"shape[{i}]", n) for i, n in enumerate(shape))
-    src, dst = (layout.validate_spec(shape, as_spec(s), mesh_shape) for s in (src, dst))
+    src, dst = (_named_spec(name, shape, s, mesh_shape)
+                for name, s in (("src", src), ("dst", dst)))
     return Collectives(_reshard(shape, P(*src), P(*dst), tuple(mesh_shape.items()),
                                 str(layout.dtype_of(dtype))))
+
+
+def _named_spec(name: str, shape, spec, mesh_shape):
+    """``layout.validate_spec``, its error saying which argument it is about."""
+    try:
+        return layout.validate_spec(shape, as_spec(spec), mesh_shape)
+    except ShardingError as e:
+        raise ShardingError(f"{name}: {e}") from None
 
 
 @functools.lru_cache(maxsize=65536)

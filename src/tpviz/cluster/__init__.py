@@ -12,5 +12,8 @@ program on one machine.
 
 from tpviz.cluster.checks import TOPICS, Verdict, run_checks
 from tpviz.cluster.script import run_script
+from tpviz.core.publish import publish
 
 __all__ = ["TOPICS", "Verdict", "run_checks", "run_script"]
+
+publish(globals())

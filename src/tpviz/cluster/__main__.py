@@ -57,8 +57,10 @@ def _sizes(parser, args) -> None:
     if args.processes > MAX_PROCESSES:
         parser.error(f"--processes {args.processes}: at most {MAX_PROCESSES} on one machine "
                      "(each process starts JAX)")
-    if args.script:
+    if args.script is not None:
         path = Path(args.script)
+        if not args.script.strip():
+            parser.error("--script '': give the path of a Python script to run")
         if not path.is_file():
             parser.error(f"--script {args.script}: no such file")
         return
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds before every process is stopped (default 900)")
     parser.add_argument("--script", help="run this Python script in every process instead")
     args, rest = parser.parse_known_args(argv)
-    if rest and not args.script:
+    if rest and args.script is None:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     _sizes(parser, args)
 
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        if args.script:
+        if args.script is not None:
             run_script(args.script, rest, args.processes, args.timeout,
                        out=lambda line: print(line, flush=True))
             return 0

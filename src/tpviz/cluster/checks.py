@@ -25,6 +25,9 @@ import numpy as np
 
 from tpviz.cluster import compare
 from tpviz.cluster.launch import Launch, environment, free_port, noise
+from tpviz.cluster.script import PROCESSES
+from tpviz.core.kinds import Callback, Devices, Positive, Size
+from tpviz.core.validate import choice
 
 TOPICS = ("layouts", "collectives", "matmul", "megatron", "zero", "mesh2d", "pipeline",
           "asyncpipe", "context", "moe", "together", "autoshard", "inference")
@@ -102,14 +105,17 @@ def judge(topic: str, one: Path, many: list[Path]) -> Verdict:
     return verdict("", diff)
 
 
-def run_checks(processes: int = 2, devices_per_process: int = 4, topics=TOPICS,
-               timeout: float = 900.0, progress=None) -> list[Verdict]:
+def run_checks(processes: Size(64, PROCESSES) = 2, devices_per_process: Devices = 4,
+               topics: tuple[str, ...] = TOPICS, timeout: Positive = 900.0,
+               progress: Callback | None = None) -> list[Verdict]:
     """Run ``topics`` in one process and across ``processes`` (each of ``devices_per_process``
     CPU devices) at the same time, on loopback, and judge each topic.
 
     Raises:
         WorkerError, WorkerTimeout: a process died or the run took longer than ``timeout``.
     """
+    for i, topic in enumerate(topics):
+        choice(f"topics[{i}]", topic, TOPICS)
     devices = processes * devices_per_process
     with tempfile.TemporaryDirectory(prefix="tpviz-cluster-") as tmp, Launch(Path(tmp)) as run:
         tmp = Path(tmp)

@@ -15,7 +15,10 @@ from tpviz.collectives.explore import explore_collectives, render_collectives
 from tpviz.collectives.plan import ALGORITHMS, CollectivePlan, crossover, lower_bound, plan
 from tpviz.collectives.replay import expected, replay
 from tpviz.collectives.run import dp_step_jit, dp_step_shard_map, follow, program
+from tpviz.core.publish import publish
 
 __all__ = ["ALGORITHMS", "CollectivePlan", "buckets", "check_dp", "check_plan", "crossover",
            "dp_step_jit", "dp_step_shard_map", "draw", "expected", "explore_collectives",
            "follow", "lower_bound", "plan", "program", "render_collectives", "replay"]
+
+publish(globals())

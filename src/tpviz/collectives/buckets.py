@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tpviz.collectives.plan import time as collective_time
+from tpviz.core.kinds import Bandwidth, Bytes, Devices, Time
 from tpviz.errors import ArgumentError
 
 
@@ -53,7 +54,7 @@ class Timeline:
         return self.end - self.backward_end
 
 
-def assign(grad_bytes: Sequence[float], bucket_bytes: float) -> list[tuple[int, ...]]:
+def assign(grad_bytes: Sequence[float], bucket_bytes: Bytes) -> list[tuple[int, ...]]:
     """Gradients (in backward order) into buckets: a bucket closes once it holds at least
     ``bucket_bytes`` (0: one bucket per gradient; ``math.inf``: one bucket)."""
     if not bucket_bytes >= 0:
@@ -71,8 +72,8 @@ def assign(grad_bytes: Sequence[float], bucket_bytes: float) -> list[tuple[int, 
     return out
 
 
-def simulate(grad_times: Sequence[float], grad_bytes: Sequence[float], bucket_bytes: float, *,
-             devices: int, alpha: float, beta: float, algorithm: str = "ring") -> Timeline:
+def simulate(grad_times: Sequence[float], grad_bytes: Sequence[float], bucket_bytes: Bytes, *,
+             devices: Devices, alpha: Time, beta: Bandwidth, algorithm: str = "ring") -> Timeline:
     """The timeline of a backward pass with bucketed all-reduces.
 
     Args:
@@ -108,8 +109,8 @@ def candidates(grad_bytes: Sequence[float]) -> list[float]:
     return [*sorted(sums), math.inf]
 
 
-def best_bucket(grad_times: Sequence[float], grad_bytes: Sequence[float], *, devices: int,
-                alpha: float, beta: float, algorithm: str = "ring",
+def best_bucket(grad_times: Sequence[float], grad_bytes: Sequence[float], *, devices: Devices,
+                alpha: Time, beta: Bandwidth, algorithm: str = "ring",
                 sizes: Sequence[float] | None = None) -> tuple[float, Timeline]:
     """The bucket size (among ``sizes``, default :func:`candidates`) with the least exposed
     communication, and its timeline; on a tie, the later size in ``sizes`` (for the default,

@@ -17,6 +17,7 @@ from tpviz.collectives.run import (
 )
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import ArrayOf, Floats, JaxMesh, Numbers, Rate
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def permutes(p: CollectivePlan) -> list[tuple[int, tuple[tuple[int, int], ...]]]
             for step in p.steps]
 
 
-def check_plan(p: CollectivePlan, mesh, x) -> PlanCheck:
+def check_plan(p: CollectivePlan, mesh: JaxMesh, x: Numbers) -> PlanCheck:
     """Run the plan with ``ppermute`` (:func:`tpviz.collectives.run.program`) on ``x`` (a global
     float32 array split over the mesh's axis) and compare with JAX's ``psum`` (or
     ``psum_scatter``, ``all_gather``) and with the plan's sends.
@@ -70,7 +71,8 @@ def gradient_all_reduce(params, devices: int) -> Collective:
     return Collective("all-reduce", nbytes, devices, what="the gradients")
 
 
-def check_dp(mesh, params, x, y, lr: float = 0.1) -> DPCheck:
+def check_dp(mesh: JaxMesh, params: dict[str, Floats], x: ArrayOf("B I"), y: ArrayOf("B O"),
+             lr: Rate = 0.1) -> DPCheck:
     """Both data-parallel steps against the single-device step on the whole batch, and their
     compiled collectives against one all-reduce of the gradients.
 

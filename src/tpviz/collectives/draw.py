@@ -17,6 +17,7 @@ from tpviz.collectives.plan import ALGORITHMS, CollectivePlan, crossover, line
 from tpviz.collectives.replay import replay
 from tpviz.core.figures import SMALL_PT, TITLE_PT, palette, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Axes
 
 # What each of 4 devices holds before and after each primitive: a list of cells per device,
 # each cell (label, colour index: the device the data came from, or -1 for a sum).
@@ -94,7 +95,8 @@ def _contributions(p: CollectivePlan, upto: int) -> np.ndarray:
     return np.vectorize(lambda v: bin(v).count("1"))(held)
 
 
-def steps_figure(p: CollectivePlan, per_row: int = 8, ax=None, labels: bool = True) -> Figure:
+def steps_figure(p: CollectivePlan, per_row: int = 8, ax: Axes | None = None,
+                 labels: bool = True) -> Figure:
     """One panel per step (and the start): rows are devices, columns chunks; the shade is how
     many devices' data the chunk holds (dark: none, yellow: all N), and a dot marks the chunks
     that arrived in that step. ``labels=False`` leaves out the step numbers (faster)."""
@@ -133,7 +135,7 @@ def steps_figure(p: CollectivePlan, per_row: int = 8, ax=None, labels: bool = Tr
 
 
 def cost_figure(devices: int, alpha: float, beta: float, nbytes: float | None = None,
-                ax=None) -> Figure:
+                ax: Axes | None = None) -> Figure:
     """Time of each all-reduce algorithm against message size (log-log), with the crossovers
     of the tree and the ring marked; ``nbytes`` draws a vertical line."""
     if ax is None:
@@ -170,7 +172,7 @@ def _seconds(t: float) -> str:
     return f"{t:g} s"
 
 
-def timeline_figure(line: Timeline, ax=None) -> Figure:
+def timeline_figure(line: Timeline, ax: Axes | None = None) -> Figure:
     """The backward pass (one bar per gradient) above the bucketed all-reduces; the exposed
     communication is shaded."""
     if ax is None:

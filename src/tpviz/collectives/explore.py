@@ -8,6 +8,7 @@ from tpviz.collectives.draw import cost_figure, steps_figure
 from tpviz.collectives.plan import ALGORITHMS, crossover, line, lower_bound, plan
 from tpviz.core import validate
 from tpviz.core.collectives import html_table
+from tpviz.core.kinds import Rate
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 
@@ -16,7 +17,7 @@ SIZES = {"1 KB": 1e3, "64 KB": 6.4e4, "1 MB": 1e6, "16 MB": 1.6e7, "100 MB": 1e8
 
 
 def render_collectives(algorithm: str = "ring", devices: int = 8, size: str = "1 MB",
-                       alpha_us: float = 5.0, beta_gbs: float = 50.0) -> tuple[str, Figure]:
+                       alpha_us: float = 5.0, beta_gbs: Rate = 50.0) -> tuple[str, Figure]:
     """A table of every algorithm's steps, bytes per device and time at this size (with the
     crossover against the chosen one), the chosen plan's steps drawn (N <= 16), and the times
     against message size."""

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tpviz.core.collectives import Collective
+from tpviz.core.kinds import Amount, Devices, OneOf, Rate, Time
 from tpviz.errors import ArgumentError
 
 ALGORITHMS = ("parameter-server", "naive", "tree", "ring", "halving-doubling")
@@ -113,7 +114,7 @@ class CollectivePlan:
         sent, got = self._per_step("sent"), self._per_step("received")
         return [max([*s.values(), *g.values()], default=0) for s, g in zip(sent, got, strict=True)]
 
-    def time(self, alpha: float, beta: float) -> float:
+    def time(self, alpha: Time, beta: Rate) -> Time:
         """Seconds: ``Σ_steps (α + max bytes sent or received by a device / β)``.
 
         Args:
@@ -208,7 +209,8 @@ def _parameter_server(k: int) -> list[list[Move]]:
                                                           for i in range(k)]]
 
 
-def plan(algorithm: str, op: str, devices: int, nbytes: float) -> CollectivePlan:
+def plan(algorithm: OneOf(ALGORITHMS), op: OneOf(OPS), devices: Devices, nbytes: Amount
+         ) -> CollectivePlan:
     """The steps of ``algorithm`` for collective ``op`` over ``devices`` devices.
 
     Args:
@@ -259,7 +261,7 @@ def _moves(algorithm: str, op: str, k: int) -> tuple[tuple[Move, ...], ...]:
     return tuple(tuple(s) for s in steps)
 
 
-def lower_bound(devices: int, nbytes: float) -> float:
+def lower_bound(devices: Devices, nbytes: Amount) -> Time:
     """2(N-1)/N · V: bytes each device must send in any all-reduce (each must send out the
     (N-1)/N of its data the others reduce, and receive as much of the others' sums)."""
     return 2 * (devices - 1) / devices * nbytes
@@ -272,8 +274,8 @@ def line(algorithm: str, op: str, devices: int) -> tuple[int, float]:
     return len(p.moves), sum(p.step_bytes()) / devices
 
 
-def time(algorithm: str, devices: int, nbytes: float, alpha: float, beta: float,
-         op: str = "all-reduce") -> float:
+def time(algorithm: OneOf(ALGORITHMS), devices: Devices, nbytes: Amount, alpha: Time,
+         beta: Rate, op: OneOf(OPS) = "all-reduce") -> Time:
     """Seconds of ``plan(algorithm, op, devices, nbytes).time(alpha, beta)``, quickly."""
     _nonnegative(nbytes, "nbytes")
     _positive(beta, "beta")
@@ -281,8 +283,8 @@ def time(algorithm: str, devices: int, nbytes: float, alpha: float, beta: float,
     return steps * alpha + slope * nbytes / beta
 
 
-def crossover(a: str, b: str, devices: int, alpha: float, beta: float,
-              op: str = "all-reduce") -> float | None:
+def crossover(a: OneOf(ALGORITHMS), b: OneOf(ALGORITHMS), devices: Devices, alpha: Time,
+              beta: Rate, op: OneOf(OPS) = "all-reduce") -> Amount | None:
     """The message size V (bytes) at which algorithms ``a`` and ``b`` take equal time; below it
     the one with fewer steps wins, above it the one that sends fewer bytes. None when one is
     never slower (same steps, or same bytes)."""

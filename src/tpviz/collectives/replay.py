@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpviz.collectives.plan import CollectivePlan
+from tpviz.collectives.plan import OPS, CollectivePlan
+from tpviz.core.kinds import ArrayOf, Index, OneOf
 from tpviz.errors import ArgumentError
 
 
-def replay(p: CollectivePlan, inputs, upto: int | None = None) -> np.ndarray:
+def replay(p: CollectivePlan, inputs: ArrayOf("N n"), upto: Index | None = None) -> np.ndarray:
     """Run the plan's sends on arrays and return every device's final array.
 
     Args:
@@ -30,6 +31,9 @@ def replay(p: CollectivePlan, inputs, upto: int | None = None) -> np.ndarray:
     if x.ndim != 2 or x.shape[0] != k or x.shape[1] % k:
         raise ArgumentError(f"inputs of shape {x.shape}: give [N, n] = [{k}, n], n divisible "
                             f"by {k}.")
+    if upto is not None and upto > len(p.moves):
+        raise ArgumentError(f"upto = {upto} is more than the plan's {len(p.moves)} steps: give "
+                            f"0 to {len(p.moves)}, or None for all of them.")
     state = x.reshape(k, k, -1).copy()  # [device, chunk, element]
     if p.op == "all-gather":
         mine = state[np.arange(k), np.arange(k)].copy()
@@ -49,11 +53,13 @@ def replay(p: CollectivePlan, inputs, upto: int | None = None) -> np.ndarray:
     return state.reshape(state.shape[0], -1)
 
 
-def expected(op: str, inputs) -> np.ndarray:
+def expected(op: OneOf(OPS), inputs: ArrayOf("N n")) -> np.ndarray:
     """What a collective should leave on each device (reduce-scatter: chunk i on device i, the
     rest NaN), computed directly with NumPy."""
     x = np.asarray(inputs, dtype=np.float64)
     k = x.shape[0]
+    if x.shape[1] % k:
+        raise ArgumentError(f"inputs of shape {x.shape}: give [N, n], n divisible by N = {k}.")
     chunks = x.reshape(k, k, -1)
     if op == "all-reduce":
         return np.broadcast_to(x.sum(0), x.shape).copy()

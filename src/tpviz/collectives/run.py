@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz.collectives.plan import CollectivePlan
 from tpviz.compat import pvary
+from tpviz.core.kinds import AxisOf, JaxMesh, Rate
 from tpviz.errors import ArgumentError
 
 
@@ -71,7 +72,7 @@ def follow(p: CollectivePlan, axis: str):
     return per_device
 
 
-def program(p: CollectivePlan, mesh, axis: str | None = None):
+def program(p: CollectivePlan, mesh: JaxMesh, axis: AxisOf() | None = None):
     """The plan as a ``jax.shard_map`` program over a global ``[N · n]`` array split over
     ``axis`` (default: the mesh's only axis); the result is split the same way."""
     axis = axis or mesh.axis_names[0]
@@ -118,7 +119,7 @@ def sgd_step(params: dict, x, y, lr: float = 0.1) -> dict:
     return jax.tree.map(lambda w, g: w - lr * g, params, grads)
 
 
-def dp_step_shard_map(mesh, axis: str | None = None, lr: float = 0.1):
+def dp_step_shard_map(mesh: JaxMesh, axis: AxisOf() | None = None, lr: Rate = 0.1):
     """Data parallel with ``shard_map``: each device takes the gradient of its B/N examples,
     then ``pmean`` (an all-reduce, divided by N) averages the gradients."""
     axis = axis or mesh.axis_names[0]
@@ -133,7 +134,7 @@ def dp_step_shard_map(mesh, axis: str | None = None, lr: float = 0.1):
                                  out_specs=P()))
 
 
-def dp_step_jit(mesh, axis: str | None = None, lr: float = 0.1):
+def dp_step_jit(mesh: JaxMesh, axis: AxisOf() | None = None, lr: Rate = 0.1):
     """Data parallel by GSPMD: the single-device step, with the batch split over ``axis`` and
     the parameters replicated; the compiler inserts the all-reduce of the gradients."""
     axis = axis or mesh.axis_names[0]

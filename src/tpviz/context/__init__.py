@@ -33,6 +33,8 @@ from tpviz.context.run import (
     usp_attention,
     with_gradients,
 )
+from tpviz.core.publish import publish
+from tpviz.errors import ShardingError
 
 __all__ = ["AXIS", "LAYOUTS", "SCHEMES", "Checked", "allgather_attention", "attention",
            "balance", "block_attention", "block_gradients", "causal_work", "check",
@@ -40,3 +42,5 @@ __all__ = ["AXIS", "LAYOUTS", "SCHEMES", "Checked", "allgather_attention", "atte
            "measure", "mesh_of", "plan", "program", "reference", "render_context",
            "ring_attention", "sequence_parallel_block", "striped_order", "temporaries",
            "ulysses_attention", "usp_attention", "with_gradients", "zigzag_order"]
+
+publish(globals(), error=ShardingError)

@@ -16,6 +16,8 @@ elementwise FLOPs but not the matmuls that make the imbalance.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,9 +25,11 @@ import numpy as np
 from tpviz.context.plan import check_sizes
 from tpviz.context.ring import own_block, step
 from tpviz.core import compiled
+from tpviz.core.kinds import COMPILED, HELD, Devices, Index, Size
+from tpviz.core.validate import bounded
 
 
-def device_program(me: int, devices: int, layout: str = "contiguous"):
+def device_program(me: Index, devices: Devices, layout: str = "contiguous"):
     """Device ``me``'s causal ring attention as one device's program: ``fn(q, k, v)`` with
     ``q[B, S/N, n_h, d_h]`` its queries and ``k, v[N, B, S/N, n_h, d_h]`` every device's block
     (in the order they reach it), each step computing the parts of the block that
@@ -49,8 +53,9 @@ def _flops(fn, *args, compile: bool) -> float:
     return float(analysis["flops"])
 
 
-def flops_per_device(sequence: int, heads: int, devices: int = 8, layout: str = "contiguous",
-                     head_dim: int = 8, compile: bool = False) -> list[float]:
+def flops_per_device(sequence: Size(2**14, COMPILED), heads: Size(64, HELD),
+                     devices: Size(64, COMPILED) = 8, layout: str = "contiguous",
+                     head_dim: Size(1024, HELD) = 8, compile: bool = False) -> list[float]:
     """FLOPs of each device's causal ring attention (forward), from XLA's cost analysis of each
     device's program (lowered, or with ``compile`` compiled).
 
@@ -58,13 +63,15 @@ def flops_per_device(sequence: int, heads: int, devices: int = 8, layout: str = 
         ArgumentError, ShardingError: sizes that do not split (``plan.check_sizes``).
     """
     z = check_sizes("ring", sequence, heads, devices, layout=layout)
+    bounded("sequence × heads × head_dim (the keys and values held)", sequence * heads * head_dim,
+            2**25, "Use fewer tokens, heads or a narrower head: the FLOPs scale from there.")
     n, a, layout, c = z.devices, z.heads, z.layout, z.sequence // z.devices
     q = np.zeros((1, c, a, head_dim), np.float32)
     kv = np.zeros((n, 1, c, a, head_dim), np.float32)
     return [_flops(device_program(i, n, layout), q, kv, kv, compile=compile) for i in range(n)]
 
 
-def imbalance(flops) -> float:
+def imbalance(flops: Sequence[float]) -> float:
     """The busiest device's work over the mean: the step waits for the busiest."""
     flops = np.asarray(flops, float)
     return float(flops.max() / flops.mean())

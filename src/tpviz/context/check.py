@@ -15,10 +15,12 @@ from tpviz.context.plan import AXIS, RING_AXIS, ULYSSES_AXIS, check_sizes, plan
 from tpviz.context.run import SPECS, place, program, reference, to_layout, with_gradients
 from tpviz.core import compiled, validate, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import HELD, Devices, KeywordsOf, Seed, Size
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ShardingError
 
 HEAD_DIM = 8  # d_h of the checked layers (small: the check is about the schedule, not the size)
+SCORES = 2**25  # scores the reference attention may hold (128 MB of float32)
 
 
 class Checked(Collectives):
@@ -44,7 +46,7 @@ def _signature(found) -> Counter:
     return Counter((c.kind, c.bytes, c.group_size) for c in found if c.moves_data)
 
 
-def mesh_of(devices: int, axis: str = AXIS, ulysses: int | None = None):
+def mesh_of(devices: Devices, axis: str = AXIS, ulysses: int | None = None):
     """A 1D mesh of the first ``devices`` devices that ``setup_devices`` chose; with ``ulysses``
     = u, usp's 2D mesh ``("ring", "ulysses")`` of N/u × u (a Ulysses group: u neighbours)."""
     available = chosen_devices()
@@ -58,11 +60,14 @@ def mesh_of(devices: int, axis: str = AXIS, ulysses: int | None = None):
     return make_mesh((devices,), (axis,), devices=available[:devices])
 
 
-def inputs(scheme: str, sequence: int, heads: int, batch: int = 1, seed: int = 0,
-           head_dim: int = HEAD_DIM, kv_heads: int | None = None) -> tuple:
+def inputs(scheme: str, sequence: Size(2**20, HELD), heads: Size(1024, HELD),
+           batch: Size(1024, HELD) = 1, seed: Seed = 0, head_dim: Size(1024, HELD) = HEAD_DIM,
+           kv_heads: Size(1024, HELD) | None = None) -> tuple:
     """Seeded float32 inputs of one layer: ``(q, k, v)``, ``q[B, S, n_h, d_h]`` and ``k, v[B, S,
     n_kv, d_h]``, or ``(x, params)`` for "sequence" (``x[B, S, H]``, weights ``wq, wo: [H, H]``,
     ``wk, wv: [H, n_kv · d_h]``)."""
+    validate.bounded("batch × sequence × heads × head_dim", batch * sequence * heads * head_dim,
+                     2**25, "Use fewer tokens or heads.", ShardingError)
     rng = np.random.default_rng(seed)
     h, kv = heads * head_dim, (kv_heads or heads) * head_dim
     if scheme == "sequence":
@@ -108,8 +113,8 @@ def saved_bytes(pullback) -> int:
     return sum(a.addressable_shards[0].data.nbytes for a in jax.tree.leaves(pullback))
 
 
-def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool = False, *,
-          layout: str | None = None, batch: int = 1, seed: int = 0, seeds: int = 1,
+def check(scheme: str, sequence: int, heads: int, devices: Devices = 8, causal: bool = False, *,
+          layout: str | None = None, batch: int = 1, seed: Seed = 0, seeds: int = 1,
           kv_heads: int | None = None, ulysses: int | None = None, recompute: bool = True,
           regather: bool = False) -> Checked:
     """Run ``scheme`` on a mesh of ``devices`` devices and compare it with full attention on one
@@ -142,6 +147,8 @@ def check(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool
     causal = validate.flag("causal", causal)
     seeds = validate.integer("seeds", seeds, maximum=100)
     heads = validate.integer("heads", heads, error=ShardingError)
+    validate.bounded("batch × heads × sequence²", batch * heads * sequence**2, SCORES,
+                     "Use a shorter sequence: the reference holds every score.", ShardingError)
     zig = causal and scheme in ("ring", "allgather", "usp")
     z = check_sizes(scheme, sequence, heads, devices, heads * HEAD_DIM,
                     layout or ("zigzag" if zig else "contiguous"), kv_heads=kv_heads,
@@ -196,7 +203,7 @@ def _built(scheme, sequence, heads, devices, causal, kv_heads, ulysses, recomput
     return mesh, fn, placed(inputs(z.scheme, z.sequence, z.heads, kv_heads=z.kv_heads)), seq
 
 
-def measure(scheme: str, sequence: int, heads: int, devices: int = 8, causal: bool = False, *,
+def measure(scheme: str, sequence: int, heads: int, devices: Devices = 8, causal: bool = False, *,
             kv_heads: int | None = None, ulysses: int | None = None) -> compiled.Memory:
     """XLA's ``memory_analysis()`` of the compiled forward pass, float32, heads of width 8,
     contiguous layout: bytes per device. The compiled program does not depend on the inputs'
@@ -244,8 +251,8 @@ def training_memory(scheme: str, sequence: int, heads: int, devices: int = 8,
                     one)
 
 
-def temporaries(scheme: str, sequence: int, heads: int, devices: int = 8,
-                causal: bool = False, **options) -> int:
+def temporaries(scheme: str, sequence: int, heads: int, devices: Devices = 8,
+                causal: bool = False, **options: KeywordsOf(measure)) -> int:
     """Bytes of temporaries per device of the compiled forward pass (:func:`measure`): what the
     scheme holds besides its inputs and output, to set beside
     :func:`tpviz.context.compare.memory`."""

@@ -27,12 +27,14 @@ for them: exposed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tpviz.context.plan import check_sizes, default_ulysses, plan
 from tpviz.core import validate
 from tpviz.core.collectives import Collective
 from tpviz.core.cost import SYSTEMS, System
+from tpviz.core.kinds import Amount, Devices, Dtype, Time
 from tpviz.core.layout import dtype_size
 
 
@@ -43,15 +45,17 @@ def _system(system) -> System:
     return SYSTEMS[validate.choice("system", system, SYSTEMS)]
 
 
-def price(collectives, system: System, per_node: int | None = None) -> float:
+def price(collectives: Sequence[Collective], system: System, per_node: int | None = None
+          ) -> Time:
     """Seconds to run ``collectives`` on ``system``, each priced by the book's hardware model
     (:meth:`tpviz.core.cost.System.price`: the torus or the GPU nodes and their links, latency
     included; a GPU group has ``per_node`` devices in each node, default packed). The one
     place this topic prices communication."""
+    system = _system(system)
     return sum(system.price(c, per_node).seconds for c in collectives)
 
 
-def permute_bandwidth(system: str | System, devices: int) -> float:
+def permute_bandwidth(system: System, devices: Devices) -> float:
     """W, bytes/s of one permute to the next device of a ring of ``devices``, read from the
     book's price of a permute (its bandwidth term): one link in one direction on a TPU torus,
     NVLink inside a GPU node, the GPU's share of its node's NICs across nodes."""
@@ -91,15 +95,15 @@ class Layer:
         return "communication" if self.exposed_s > self.compute_s else "compute"
 
 
-def flops(sequence: int, hidden: int, devices: int, batch: int = 1,
-          causal: bool = False) -> float:
+def flops(sequence: int, hidden: int, devices: Devices, batch: int = 1,
+          causal: bool = False) -> Amount:
     """FLOPs per device of one attention layer's forward pass (the same for every scheme)."""
     s, h, n, b = sequence, hidden, devices, batch
     return 8 * b * s * h * h / n + 4 * b * s * s * h / n / (2 if causal else 1)
 
 
-def memory(scheme: str, sequence: int, heads: int, hidden: int, devices: int, batch: int = 1,
-           dtype="bf16", kv_heads: int | None = None, ulysses: int | None = None) -> float:
+def memory(scheme: str, sequence: int, heads: int, hidden: int, devices: Devices, batch: int = 1,
+           dtype: Dtype = "bf16", kv_heads: int | None = None, ulysses: int | None = None) -> float:
     """Activation bytes per device at the peak of the attention (the module's list), with the
     scores materialised (no FlashAttention)."""
     z = check_sizes(scheme, sequence, heads, devices, hidden, kv_heads=kv_heads, ulysses=ulysses)
@@ -119,8 +123,8 @@ def memory(scheme: str, sequence: int, heads: int, hidden: int, devices: int, ba
     return size * (gathered + b * (2 * s * h + 2 * s * kvh) // n + b * 2 * a // n * s * s)
 
 
-def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: int,
-          system: str | System = "H100 (NVLink)", batch: int = 1, dtype="bf16",
+def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: Devices,
+          system: System = "H100 (NVLink)", batch: int = 1, dtype: Dtype = "bf16",
           causal: bool = False, kv_heads: int | None = None,
           ulysses: int | None = None) -> Layer:
     """Bytes, time and memory of one attention layer's forward pass under ``scheme``.
@@ -153,8 +157,8 @@ def layer(scheme: str, sequence: int, heads: int, hidden: int, devices: int,
                  z.ulysses)
 
 
-def hiding_block(hidden: int, system: str | System = "H100 (NVLink)", dtype="bf16",
-                 devices: int = 8, heads: int = 1, kv_heads: int | None = None) -> float:
+def hiding_block(hidden: int, system: System = "H100 (NVLink)", dtype: Dtype = "bf16",
+                 devices: Devices = 8, heads: int = 1, kv_heads: int | None = None) -> float:
     """S/N, tokens per device from which one block's attention (non-causal) hides the next
     block's permute: 4·c²·H / R ≥ 2·φ·c·H·b / W_p, so c ≥ R·φ·b / (2·W_p) (independent of H),
     with W_p = :func:`permute_bandwidth` (W_link on a TPU torus, W on NVLink) and φ =

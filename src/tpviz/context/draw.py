@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
@@ -10,6 +12,7 @@ from tpviz.context.compare import layer
 from tpviz.context.plan import SCHEMES
 from tpviz.core.figures import SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Devices
 from tpviz.errors import TpvizError
 
 
@@ -43,7 +46,8 @@ def _plain(value: float, _) -> str:
     return f"{value:g}"
 
 
-def scaling(sequences, heads: int, hidden: int, devices: int, system: str = "H100 (NVLink)",
+def scaling(sequences: Sequence[int], heads: int, hidden: int, devices: Devices,
+            system: str = "H100 (NVLink)",
             causal: bool = True, kv_heads: int | None = None, legend: bool = True) -> Figure:
     """Per layer and device, against the sequence: exposed communication time and activation
     memory of each scheme in :data:`COLOURS` and :data:`STYLES` (a scheme whose heads do not

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from tpviz.core import compiled
 from tpviz.core.collectives import Collectives
-from tpviz.errors import CheckFailed
+from tpviz.core.kinds import Any_
+from tpviz.errors import ArgumentTypeError, CheckFailed
 
 _HEAD_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 _CALLS_RE = re.compile(r"(body|condition|to_apply|calls|branch_computations|"
@@ -40,13 +41,20 @@ def _computations(text: str) -> tuple[dict[str, list[str]], str, str]:
     return found, entry, header
 
 
-def executed(program) -> Collectives:
+def _text(program) -> str:
+    if not hasattr(program, "as_text") or isinstance(program, type):
+        raise ArgumentTypeError(f"program must be a compiled program (jax.jit(f).lower(*args)"
+                                f".compile()), got {type(program).__name__}.")
+    return program.as_text()
+
+
+def executed(program: Any_) -> Collectives:
     """Every collective the compiled ``program`` executes, a loop body's once per trip.
 
     Raises:
         CheckFailed: a while loop whose body holds a collective has no known trip count.
     """
-    comps, entry, header = _computations(program.as_text())
+    comps, entry, header = _computations(_text(program))
     out = Collectives()
 
     def visit(name: str, times: int) -> None:
@@ -96,13 +104,13 @@ class Overlap:
                 and self.fed == 0)
 
 
-def overlap(program) -> list[Overlap]:
+def overlap(program: Any_) -> list[Overlap]:
     """Each while-loop body of the compiled ``program`` that holds a collective-permute: how many
     of its matrix products (dots, or fusions and custom calls that hold one) depend on a
     permute's result, and how many of its permutes send a matrix product's result. On CPU the
     permute is one instruction, run in the order printed; on GPU and TPU XLA splits it into
     ``-start`` and ``-done`` and schedules independent work between."""
-    comps, _, _ = _computations(program.as_text())
+    comps, _, _ = _computations(_text(program))
     bodies = {t for lines in comps.values() for line in lines
               for role, t in _CALLS_RE.findall(line) if role == "body"}
     found = []

@@ -42,6 +42,7 @@ import numpy as np
 
 from tpviz.core import validate
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import HELD, Devices, Dtype, Size
 from tpviz.core.layout import dtype_of, dtype_size
 from tpviz.errors import ArgumentError, ShardingError
 
@@ -137,8 +138,9 @@ def check_sizes(scheme: str, sequence: int, heads: int, devices: int,
     return Sizes(scheme, s, a, n, hidden, layout, kv, u)
 
 
-def plan(scheme: str, sequence: int, heads: int, hidden: int, devices: int, *, batch: int = 1,
-         dtype="float32", training: bool = False, kv_heads: int | None = None,
+def plan(scheme: str, sequence: int, heads: int, hidden: int, devices: Devices, *,
+         batch: int = 1, dtype: Dtype = "float32", training: bool = False,
+         kv_heads: int | None = None,
          ulysses: int | None = None, recompute: bool = True,
          regather: bool = False) -> Collectives:
     """The collectives one attention layer's forward pass (with ``training``: forward and
@@ -220,7 +222,7 @@ def _ring(n: int, block: int, dtype: str, shape: tuple, axes: tuple, training: b
     return Collectives([kv] * (n - 1) + (back if training else []))
 
 
-def zigzag_order(sequence: int, devices: int) -> np.ndarray:
+def zigzag_order(sequence: Size(2**24, HELD), devices: Devices) -> np.ndarray:
     """The token order of the zigzag layout: the sequence in 2N chunks, device i holding
     chunks i and 2N-1-i, an early and a late one (the layout of ring-attention codes and of
     Llama 3's context parallelism). Not striped attention's layout: see :func:`striped_order`."""
@@ -231,7 +233,7 @@ def zigzag_order(sequence: int, devices: int) -> np.ndarray:
                            for i in range(devices)])
 
 
-def striped_order(sequence: int, devices: int) -> np.ndarray:
+def striped_order(sequence: Size(2**24, HELD), devices: Devices) -> np.ndarray:
     """The token order of striped attention (Brandon et al. 2023): token t on device t mod N,
     so device i holds tokens i, i + N, i + 2N, ... (no chunks: a stripe of single tokens)."""
     z = check_sizes("ring", sequence, 1, devices, layout="striped")
@@ -248,7 +250,7 @@ def order(sequence: int, devices: int, layout: str) -> np.ndarray:
     return np.arange(check_sizes("ring", sequence, 1, devices).sequence)
 
 
-def causal_work(devices: int, layout: str = "contiguous", tiles: int = 1) -> list[int]:
+def causal_work(devices: Devices, layout: str = "contiguous", tiles: int = 1) -> list[int]:
     """Tiles each device computes in causal ring attention, over its whole ring: a kernel that
     cuts each block of S/N × S/N scores into ``tiles`` × ``tiles`` tiles skips every tile the
     mask hides entirely and computes a tile the mask cuts in full (FlashAttention's

@@ -37,6 +37,9 @@ import math
 import jax
 import jax.numpy as jnp
 
+from tpviz.core.kinds import ArrayOf, Numbers
+from tpviz.errors import ShardingError
+
 MASKED = -1e30  # a finite "minus infinity": exp() of it is 0, and no NaN from (-inf) - (-inf)
 
 
@@ -46,7 +49,8 @@ def expand(t, heads: int):
     return t if t.shape[2] == heads else jnp.repeat(t, heads // t.shape[2], axis=2)
 
 
-def block_attention(q, k, v, q_pos=None, k_pos=None):
+def block_attention(q: ArrayOf("B Q N D"), k: ArrayOf("B K M D"), v: ArrayOf("B K M D"),
+                    q_pos: ArrayOf("Q") | None = None, k_pos: ArrayOf("K") | None = None):
     """Softmax attention of the queries ``q[B, c_q, n_h, d]`` over one key/value block
     ``k, v[B, c_k, n_kv, d]``: the normalised output ``o[B, c_q, n_h, d]`` and the log-sum-exp
     ``lse[B, c_q, n_h]`` of the scores. With positions given, a key attends only where
@@ -60,9 +64,14 @@ def block_attention(q, k, v, q_pos=None, k_pos=None):
     return o, lse.transpose(0, 2, 1)  # o: [B, c_q, n, d], lse: [B, c_q, n]
 
 
-def combine(o1, lse1, o2, lse2):
+def combine(o1: ArrayOf("... D"), lse1: Numbers, o2: ArrayOf("... D"), lse2: Numbers):
     """Merge the attention of the same queries over two key blocks (FlashAttention's online
     softmax): ``lse = log(e^lse1 + e^lse2)``, ``o = e^(lse1 - lse) o1 + e^(lse2 - lse) o2``."""
+    if not (jnp.shape(o1) == jnp.shape(o2) and jnp.shape(lse1) == jnp.shape(lse2)
+            == jnp.shape(o1)[:-1]):
+        raise ShardingError(f"combine: o1 {jnp.shape(o1)} and o2 {jnp.shape(o2)} must have one "
+                            f"shape [..., d], lse1 {jnp.shape(lse1)} and lse2 "
+                            f"{jnp.shape(lse2)} that shape without its last axis.")
     lse = jnp.logaddexp(lse1, lse2)  # [B, c, n]
     return (o1 * jnp.exp(lse1 - lse)[..., None] + o2 * jnp.exp(lse2 - lse)[..., None]), lse
 
@@ -152,7 +161,9 @@ def forward(q, k, v, axis: str, causal: bool, layout: str):
     return step(q, kv, o, lse, (me + 1) % n, me, n, layout, causal)  # s = N - 1
 
 
-def block_gradients(q, k, v, do, lse, delta, q_pos=None, k_pos=None):
+def block_gradients(q: ArrayOf("B Q N D"), k: ArrayOf("B K M D"), v: ArrayOf("B K M D"),
+                    do: ArrayOf("B Q N D"), lse: ArrayOf("B Q N"), delta: ArrayOf("B Q N"),
+                    q_pos: ArrayOf("Q") | None = None, k_pos: ArrayOf("K") | None = None):
     """The gradients of one block, from the whole row's ``lse`` and ``delta`` = rowsum(dO ∘ O)
     (both ``[B, c_q, n_h]``): ``(dq[B, c_q, n_h, d], dk, dv[B, c_k, n_kv, d])``."""
     n, m, scale = q.shape[2], k.shape[2], 1 / math.sqrt(q.shape[-1])
@@ -235,7 +246,8 @@ def _make(axis: str, causal: bool, layout: str):
     return ring
 
 
-def ring_attention(q, k, v, axis: str = "context", causal: bool = False,
+def ring_attention(q: ArrayOf("B S N D"), k: ArrayOf("B S M D"), v: ArrayOf("B S M D"),
+                   axis: str = "context", causal: bool = False,
                    layout: str = "contiguous", recompute: bool = True):
     """One device's part of ring attention (call inside ``shard_map``): ``o[B, S/N, n_h, d_h]``.
 

@@ -30,12 +30,14 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tpviz.context.plan import AXIS, RING_AXIS, ULYSSES_AXIS, order
+from tpviz.context.plan import AXIS, LAYOUTS, RING_AXIS, SCHEMES, ULYSSES_AXIS, order
 from tpviz.context.ring import block_attention, positions, ring_attention
+from tpviz.core.kinds import ArrayOf, AxisOf, Callback, JaxMesh, Keys, OneOf
 from tpviz.megatron import column_parallel, layer_norm, row_parallel
 
 
-def attention(q, k, v, causal: bool = False):
+def attention(q: ArrayOf("B S N D"), k: ArrayOf("B S M D"), v: ArrayOf("B S M D"),
+              causal: bool = False):
     """Full softmax attention on one device (the reference): ``q[B, S, n_h, d_h]``, ``k, v[B, S,
     n_kv, d_h]`` (n_kv dividing n_h: grouped-query attention) to ``[B, S, n_h, d_h]``."""
     pos = jnp.arange(q.shape[1]) if causal else None
@@ -52,7 +54,9 @@ def _to_sequence(t, axis):  # the inverse: [B, uS/N, n/u, d] -> [B, S/N, n, d]
     return jax.lax.all_to_all(t, axis, split_axis=1, concat_axis=2, tiled=True)
 
 
-def ulysses_attention(q, k, v, axis: str = AXIS, causal: bool = False):
+def ulysses_attention(q: ArrayOf("B S N D"), k: ArrayOf("B S M D"), v: ArrayOf("B S M D"),
+                      axis: str = AXIS,
+                      causal: bool = False):
     """One device's part of DeepSpeed-Ulysses (call inside ``shard_map``).
 
     All-to-all ``[B, S/N, n_h, d_h] → [B, S, n_h/N, d_h]`` for q (and ``n_kv`` heads for k and
@@ -61,7 +65,9 @@ def ulysses_attention(q, k, v, axis: str = AXIS, causal: bool = False):
     return _to_sequence(o, axis)  # [B, S/N, n_h, d_h]
 
 
-def usp_attention(q, k, v, causal: bool = False, layout: str = "contiguous",
+def usp_attention(q: ArrayOf("B S N D"), k: ArrayOf("B S M D"), v: ArrayOf("B S M D"),
+                  causal: bool = False,
+                  layout: str = "contiguous",
                   recompute: bool = True):
     """One device's part of usp on the mesh ``("ring", "ulysses")`` (inside ``shard_map``):
     Ulysses' all-to-alls over ``"ulysses"`` give each device S/r tokens of n_h/u heads, ring
@@ -73,7 +79,9 @@ def usp_attention(q, k, v, causal: bool = False, layout: str = "contiguous",
 
 # --- Llama 3's all-gather context parallelism ----------------------------------------------
 
-def allgather_attention(q, k, v, axis: str = AXIS, causal: bool = False,
+def allgather_attention(q: ArrayOf("B S N D"), k: ArrayOf("B S M D"), v: ArrayOf("B S M D"),
+                        axis: str = AXIS,
+                        causal: bool = False,
                         layout: str = "contiguous"):
     """One device's part of all-gather context parallelism (inside ``shard_map``): one
     all-gather of ``kv[2, B, S/N, n_kv, d_h]`` along the sequence, then attention of the local
@@ -88,7 +96,8 @@ def allgather_attention(q, k, v, axis: str = AXIS, causal: bool = False,
 
 # --- Megatron sequence parallelism ---------------------------------------------------------
 
-def sequence_parallel_block(x, params: dict, head_dim: int, axis: str | None = AXIS,
+def sequence_parallel_block(x: ArrayOf("B S H"), params: Keys(*SPECS, dims=DIMS),
+                            head_dim: int, axis: str | None = AXIS,
                             causal: bool = False, regather: bool = False):
     """``x + Attn(LN(x)) W_O`` with Megatron's sequence parallelism (inside ``shard_map``):
     ``x[B, S/N, H]``; layer norm on the sequence shard; all-gather along the sequence
@@ -121,12 +130,14 @@ def sequence_parallel_block(x, params: dict, head_dim: int, axis: str | None = A
 
 
 SPECS = {"wq": P(None, AXIS), "wk": P(None, AXIS), "wv": P(None, AXIS), "wo": P(AXIS, None)}
+DIMS = {"wq": "H Q", "wk": "H Q", "wv": "H Q", "wo": "Q H"}  # the weights' named dimensions
 
 
 # --- programs ------------------------------------------------------------------------------
 
-def program(scheme: str, mesh, causal: bool = False, layout: str = "contiguous",
-            head_dim: int = 0, axis: str = AXIS, *, recompute: bool = True,
+def program(scheme: OneOf(SCHEMES), mesh: JaxMesh, causal: bool = False,
+            layout: OneOf(LAYOUTS) = "contiguous",
+            head_dim: int = 0, axis: AxisOf() = AXIS, *, recompute: bool = True,
             regather: bool = False):
     """The scheme as a function of global arrays: ``fn(q, k, v)`` (``[B, S, n, d_h]``, sharded
     along S; for "usp" over both axes of ``mesh``), ``fn(x, params)`` for "sequence"."""
@@ -146,7 +157,7 @@ def program(scheme: str, mesh, causal: bool = False, layout: str = "contiguous",
     return jax.shard_map(bodies[scheme], mesh=mesh, in_specs=(seq,) * 3, out_specs=seq)
 
 
-def with_gradients(fn):
+def with_gradients(fn: Callback):
     """``(*args, ct) -> (fn(*args), gradients of ⟨fn(*args), ct⟩ w.r.t. every argument)``:
     the forward and backward pass in one program (no extra reduction for a loss)."""
     def both(*args):

@@ -16,6 +16,9 @@
 """
 
 from tpviz.core import collectives, compiled, cost, figures, hardware, layout, notation, verify
+from tpviz.core.publish import publish
 
 __all__ = ["collectives", "compiled", "cost", "figures", "hardware", "layout", "notation",
            "verify"]
+
+publish(globals())

@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from tpviz.core.kinds import Callback, Count, Of, Rate, SystemLike, Time
+
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
@@ -50,7 +52,7 @@ class Collective:
 
     kind: str
     bytes: int
-    group_size: int
+    group_size: Count
     dtype: str = ""
     shape: tuple[int, ...] = ()
     axes: tuple[str, ...] = ()
@@ -86,7 +88,7 @@ class Collective:
         factor = 2 if self.kind == "all-reduce" else 1
         return factor * (n - 1) / n * self.full_bytes
 
-    def time(self, system, latency: float = 0.0) -> float:
+    def time(self, system: Of(Rate, SystemLike), latency: Time = 0.0) -> Time:
         """Seconds, priced by :mod:`tpviz.core.hardware`: on ``system`` (a
         :class:`tpviz.core.cost.System`), or, given a bandwidth W in bytes/s, on a switch
         where each device sends at W with α = ``latency`` per step, which is the α–β model
@@ -138,16 +140,28 @@ class Collectives(list):
         return str(self)
 
 
+def _fit(head, rows) -> None:
+    from tpviz.errors import ArgumentError
+
+    for i, r in enumerate(rows):
+        if not isinstance(r, tuple | list) or len(r) != len(head):
+            raise ArgumentError(f"rows[{i}] = {r!r} must be a tuple of {len(head)} cells, one "
+                                f"per column of head.")
+
+
 def text_table(head: tuple[str, ...], rows: list[tuple]) -> str:
     """Columns padded to their widest cell, a rule under the header."""
+    _fit(head, rows)
     cells = [tuple(map(str, r)) for r in [head, *rows]]
     width = [max(len(r[i]) for r in cells) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
     return "\n".join([lines[0], "  ".join("-" * w for w in width), *lines[1:]])
 
 
-def html_table(head: tuple[str, ...], rows: list[tuple], cell=None) -> str:
+def html_table(head: tuple[str, ...], rows: list[tuple], cell: Callback | None = None) -> str:
     """An HTML table; integers get thousands separators, ``cell`` formats other values."""
+    _fit(head, rows)
+
     def fmt(v) -> str:
         return f"{v:,}" if isinstance(v, int) else cell(v) if cell else str(v)
 

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import Any_, Callback, JaxMesh
 from tpviz.core.layout import dtype_size
 from tpviz.errors import ArgumentTypeError, CompileError, describe
 
@@ -106,7 +107,7 @@ def parse_hlo(hlo_text: str) -> Collectives:
     return found
 
 
-def compile_for(fn, *args, **kwargs):
+def compile_for(fn: Callback, *args: Any_, **kwargs: Any_):
     """``fn`` (jitted or plain) compiled for these arguments: call the result to run the
     program, and pass it to :func:`collectives` or :func:`memory`, without compiling twice.
 
@@ -131,7 +132,7 @@ def compile_for(fn, *args, **kwargs):
         ) from None
 
 
-def placing(program):
+def placing(program: Callback):
     """``program`` (compiled) as it is with one process; with several, a program whose call
     first puts host arguments (NumPy arrays, or arrays of this process alone) where the
     program wants them: JAX takes only global arrays for inputs split across processes. It
@@ -176,7 +177,7 @@ def _is_compiled(x) -> bool:
     return hasattr(x, "as_text") and hasattr(x, "memory_analysis")
 
 
-def collectives(program, *args, **kwargs) -> Collectives:
+def collectives(program: Callback, *args: Any_, **kwargs: Any_) -> Collectives:
     """The collectives of a compiled program, or of ``program(*args)`` compiled for the args.
 
     Example:
@@ -209,7 +210,7 @@ class Memory:
         return self.argument + self.output - self.alias + self.temp
 
 
-def memory(program, *args, **kwargs) -> Memory:
+def memory(program: Callback, *args: Any_, **kwargs: Any_) -> Memory:
     """The memory analysis of a compiled program (or of ``program`` compiled for the args)."""
     compiled = program if _is_compiled(program) else compile_for(program, *args, **kwargs)
     m = compiled.memory_analysis()
@@ -220,7 +221,7 @@ def memory(program, *args, **kwargs) -> Memory:
                   int(getattr(m, "peak_memory_in_bytes", 0) or 0))
 
 
-def mesh_axes(c: Collective, mesh) -> tuple[str, ...] | None:
+def mesh_axes(c: Collective, mesh: JaxMesh) -> tuple[str, ...] | None:
     """The mesh axes a compiled collective's groups run along, e.g. ``("model",)``: the groups
     are the devices that differ only in those axes; for a permute, the axes along which its
     (source, target) pairs differ. None when no set of axes matches."""

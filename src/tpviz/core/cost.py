@@ -23,8 +23,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from tpviz.core import hardware as hw
+from tpviz.core.collectives import Collective
 from tpviz.core.hardware.gpu import NCCL_BASE, GpuCluster, GpuSystem
 from tpviz.core.hardware.tpu import TpuSlice, TpuSystem
+from tpviz.core.kinds import Amount, Any_, Devices, Of, Sizes, SystemLike
+from tpviz.core.rules import Instance, Seq
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,13 @@ class System:
     slice: tuple[int, ...] = ()
     placement: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
-    def network(self, devices: int) -> TpuSlice | GpuCluster:
+    def network(self, devices: Devices) -> TpuSlice | GpuCluster:
         """The :mod:`tpviz.core.hardware` network a group of ``devices`` runs on: on a TPU the
         group laid out on its own torus axes (:meth:`tpviz.core.hardware.TpuSystem.group`),
         or that many GPUs in nodes of ``node``."""
         return _network(self, devices)
 
-    def on_slice(self, mesh_shape, **axes) -> System:
+    def on_slice(self, mesh_shape: Sizes(), **axes: Any_) -> System:
         """This TPU system on a slice of ``mesh_shape`` chips whose torus axes the mesh axes
         span: ``SYSTEMS["TPU v5e (ICI)"].on_slice((2, 4), X=0, Y=1)`` prices a collective over
         mesh axis Y on the slice's axis 1 (a line of 4 on a v5e), one over ("X", "Y") on both.
@@ -95,13 +98,13 @@ class System:
         placement = tuple((name, (a,) if not isinstance(a, tuple | list) else tuple(a))
                           for name, a in axes.items())
         used = [a for _, t in placement for a in t]
-        if (len(set(used)) != len(used) or
-                any(not isinstance(a, int) or not 0 <= a < len(shape) for a in used)):
+        if (any(not isinstance(a, int) or not 0 <= a < len(shape) for a in used)
+                or len(set(used)) != len(used)):
             raise ArgumentError(f"axes = {dict(placement)} must name each torus axis of "
                                 f"{shape} (0 to {len(shape) - 1}) at most once.")
         return replace(self, slice=shape, placement=placement)
 
-    def price(self, collective, per_node: int | None = None) -> hw.Price:
+    def price(self, collective: Collective, per_node: int | None = None) -> hw.Price:
         """The :class:`tpviz.core.hardware.Price` of a :class:`Collective` on this system; a
         GPU group has ``per_node`` devices in each node (default: packed). On a TPU slice
         (:meth:`on_slice`) the collective's mesh axes say which torus axes it runs on."""
@@ -204,7 +207,7 @@ class Estimate:
         return self.compute_s + self.comm_s
 
 
-def system(value, name: str = "system") -> System:
+def system(value: Any_, name: str = "system") -> System:
     """The one lookup of a system: a :class:`System` as it is, or the name of one in
     :data:`SYSTEMS` (letter case ignored).
 
@@ -227,7 +230,8 @@ def system(value, name: str = "system") -> System:
 _system = system  # for the functions below, whose argument is also called ``system``
 
 
-def estimate(flops: float, collectives, system: System) -> Estimate:
+def estimate(flops: Amount, collectives: Of(Seq(Instance(Collective), 0)),
+             system: SystemLike) -> Estimate:
     """Times for ``flops`` per device and ``collectives`` (:class:`Collective` objects), each
     priced by :meth:`System.price` (groups packed into nodes)."""
     system = _system(system)

@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
+from tpviz.core.kinds import Axes, Colour, Inches, Indices, KeywordsOf, Size
 from tpviz.errors import ShardingError
 
 #: the book's text column is 656-672 px wide at a 1280-px window: a figure this many inches
@@ -28,7 +29,7 @@ SMALL_PT = 9
 TITLE_PT = 10
 
 
-def figure(height: float, width: float = COLUMN_IN, **kwargs) -> Figure:
+def figure(height: Inches, width: Inches = COLUMN_IN, **kwargs: KeywordsOf(Figure)) -> Figure:
     """A matplotlib Figure (outside pyplot) at most the column's width, at :data:`DPI`."""
     return Figure(figsize=(min(width, COLUMN_IN), height), dpi=DPI, **kwargs)
 
@@ -38,39 +39,39 @@ OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "
              "#999999")
 
 
-def palette(n: int) -> list:
+def palette(n: Size(4096, "more colours than that cannot be told apart")) -> list:
     """``n`` distinguishable colours, colour-blind safe."""
     if n <= len(OKABE_ITO):
         return list(OKABE_ITO[:n])
     return [tuple(c) for c in plt.get_cmap("cividis")(np.linspace(0.05, 0.95, n)).tolist()]
 
 
-def luminance(colour) -> float:
+def luminance(colour: Colour) -> float:
     """WCAG 2 relative luminance of a colour (0 black, 1 white)."""
     lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
            for c in plt.matplotlib.colors.to_rgb(colour)]
     return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
 
 
-def contrast(a, b) -> float:
+def contrast(a: Colour, b: Colour) -> float:
     """WCAG 2 contrast ratio of two colours, 1 to 21 (text wants >= 4.5, marks >= 3)."""
     hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
 
 
-def text_colour(colour) -> str:
+def text_colour(colour: Colour) -> str:
     """Black or white, whichever contrasts more with ``colour`` (always >= 4.58:1)."""
     return "black" if contrast(colour, "black") >= contrast(colour, "white") else "white"
 
 
-def device_label(devices: Sequence[int]) -> str:
+def device_label(devices: Indices) -> str:
     if len(devices) <= 4:
         return "\n".join(f"D{d}" for d in devices)
     return f"D{devices[0]}, D{devices[1]}, …\n({len(devices)} devices)"
 
 
 def blocks_figure(shape: Sequence[int], blocks: Sequence[tuple[tuple[slice, ...], Sequence[int]]],
-                  title: str = "", ax=None, labels: bool = True) -> Figure:
+                  title: str = "", ax: Axes | None = None, labels: bool = True) -> Figure:
     """Draw a 1D or 2D array as blocks; ``blocks`` is a list of (slices, device ids);
     ``labels=False`` leaves out the device names (faster for many blocks)."""
     shape = tuple(shape)
@@ -123,7 +124,8 @@ def frame(canvas: FigureCanvasAgg) -> Image.Image:
     return Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB")
 
 
-def gif(images: Sequence[Image.Image], alt: str, ms_per_frame: int = 250) -> Animation:
+def gif(images: Sequence[Image.Image], alt: str,
+        ms_per_frame: Size(60_000, "a minute a frame") = 250) -> Animation:
     """An :class:`Animation` that shows ``images`` in turn, forever."""
     buf = io.BytesIO()
     images[0].save(buf, format="gif", save_all=True, append_images=list(images[1:]),

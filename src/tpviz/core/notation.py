@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
+from tpviz.core.kinds import Any_, Size
 from tpviz.errors import ArgumentTypeError, NotationError
 
 DIM_LETTERS = "IJKLMN"
 
 
-def axes_of(entry) -> tuple[str, ...]:
+def axes_of(entry: Any_) -> tuple[str, ...]:
     """The mesh axes of one ``PartitionSpec`` entry: ``None`` -> (), ``"X"`` -> ("X",)."""
     if entry is None:
         return ()
@@ -99,9 +100,13 @@ def parse(notation: str) -> Notation:
 
 
 def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None = None,
-                ndim: int | None = None) -> str:
+                ndim: Size(64, "an array has at most a few dimensions", minimum=0) | None = None
+                ) -> str:
     """Print a ``PartitionSpec`` in the notation: ``P("X", None)`` -> ``"A[I_X, J]"``."""
     ndim = max(len(spec), ndim or 0, len(dims or ()))
+    if dims and len(dims) != ndim:
+        raise NotationError(f"dims = {tuple(dims)!r} names {len(dims)} dimension(s), but the "
+                            f"array has {ndim} (spec {spec}, ndim {ndim}): give one letter each.")
     dims = tuple(dims) if dims else tuple(DIM_LETTERS[:ndim])
     entries = list(spec) + [None] * (ndim - len(spec))
     parts = []
@@ -116,17 +121,21 @@ def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None
     return f"{name}[{', '.join(parts)}]"
 
 
-def as_spec(spec_or_notation) -> PartitionSpec:
+def as_spec(spec_or_notation: Any_) -> PartitionSpec:
     """Accept a ``PartitionSpec``, a notation string, or a tuple of entries."""
     if isinstance(spec_or_notation, PartitionSpec):
         return spec_or_notation
     if isinstance(spec_or_notation, str):
-        return parse(spec_or_notation).spec
+        try:
+            return parse(spec_or_notation).spec
+        except NotationError as e:
+            e.args = (f"spec_or_notation: {e.args[0]}", *e.args[1:])
+            raise
     if not isinstance(spec_or_notation, tuple | list):
         raise NotationError(
-            f"a layout must be a PartitionSpec, a notation string such as 'A[I_X, J]' or a tuple "
-            f"of entries such as ('X', None), got {type(spec_or_notation).__name__} "
-            f"{spec_or_notation!r:.60}.")
+            f"spec_or_notation: a layout must be a PartitionSpec, a notation string such as "
+            f"'A[I_X, J]' or a tuple of entries such as ('X', None), got "
+            f"{type(spec_or_notation).__name__} {spec_or_notation!r:.60}.")
     return PartitionSpec(*spec_or_notation)
 
 

@@ -86,6 +86,8 @@ def codes(obj, seen: set | None = None) -> set[types.CodeType]:
                 found |= codes(const, seen)
         return found
     if isinstance(obj, types.FunctionType):
+        if hasattr(obj, "__tpviz_public__"):  # the checks' wrapper, shared by every public
+            return codes(obj.__wrapped__, seen)  # function: the function it wraps
         return codes(obj.__code__, seen)
     if isinstance(obj, types.MethodType | staticmethod | classmethod):
         return codes(obj.__func__, seen)
@@ -127,6 +129,12 @@ def unavailable(names: Iterable[str]) -> Iterator[list[str]]:
         if event == "call" and frame.f_code in watched:
             called.append(watched[frame.f_code])  # (raising switches the watch off: done)
             raise Unavailable(watched[frame.f_code])
+        if event == "call" and frame.f_code.co_name == "checked" and \
+                frame.f_globals.get("__name__") == "tpviz.core.public":  # a public wrapper:
+            code = getattr(frame.f_locals.get("fn"), "__code__", None)  # its checks come first
+            if code in watched:
+                called.append(watched[code])
+                raise Unavailable(watched[code])
         if event == "c_call" and arg is _SETPROFILE and not closing:
             called.append("sys.setprofile")  # switching the watch off, even for a moment
             raise Unavailable("sys.setprofile")

@@ -104,6 +104,21 @@ def choice(name: str, value, options: Iterable, error: type[Exception] = Argumen
     raise error(f"{name} = {value!r} is not one of the choices: {shown}.{hint}")
 
 
+def keyed(name: str, value, keys: tuple[str, ...]) -> dict[str, float]:
+    """``value`` as {key: a number > 0} for every one of ``keys`` (others ignored).
+
+    Raises:
+        ArgumentTypeError: not a dict. ArgumentError: a key missing, or a bad number.
+    """
+    instance(name, value, dict, f"a dict of numbers keyed {', '.join(keys)}")
+    missing = [k for k in keys if k not in value]
+    if missing:
+        raise ArgumentError(f"{name} = {_short(value)} has no value for "
+                            f"{', '.join(map(repr, missing))}; give one for each of "
+                            f"{', '.join(map(repr, keys))}.")
+    return {k: number(f"{name}[{k!r}]", value[k], positive=True) for k in keys}
+
+
 def instance(name: str, value, expected: type | tuple[type, ...], what: str, fix: str = ""):
     """``value`` if it is an instance of ``expected`` (described as ``what``).
 

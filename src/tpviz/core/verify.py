@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from tpviz import compat
+from tpviz.core.kinds import Any_, Dtype, Numbers, Tree
 from tpviz.errors import CheckFailed
 
 __all__ = ["CheckFailed", "close", "finite", "host", "recording", "relative_error",
@@ -19,7 +20,7 @@ __all__ = ["CheckFailed", "close", "finite", "host", "recording", "relative_erro
 _recorders: list[list] = []  # what recording() collects: every array host() brought home
 
 
-def host(x, dtype=np.float64) -> np.ndarray:
+def host(x: Numbers, dtype: Dtype = np.float64) -> np.ndarray:
     """``x`` as a NumPy array on this host, whole. A ``jax.Array`` that spans processes (some of
     its shards on another process's devices) is gathered from every process first, so every
     process must call this in the same order; one that is whole here (fully addressable or
@@ -53,7 +54,7 @@ def _leaves(tree) -> list[np.ndarray]:
     return [host(leaf) for leaf in jax.tree.leaves(tree)]
 
 
-def finite(value, what: str) -> None:
+def finite(value: Tree, what: str) -> None:
     """Check that every number in ``value`` (an array, a number or a pytree of them) is finite.
 
     Raises:
@@ -69,7 +70,7 @@ def finite(value, what: str) -> None:
                               "Look for a division by zero, a log of 0 or an overflow.")
 
 
-def relative_error(a, b) -> float:
+def relative_error(a: Tree, b: Tree) -> float:
     """Largest absolute difference, relative to the reference ``b``'s largest value (at least 1).
 
     Both may be pytrees of arrays with the same structure; the worst leaf counts. A NaN or an
@@ -90,7 +91,7 @@ def relative_error(a, b) -> float:
     return worst
 
 
-def close(got, want, what: str, tolerance: float = 1e-4) -> float:
+def close(got: Tree, want: Tree, what: str, tolerance: float = 1e-4) -> float:
     """Check that ``got`` equals the reference ``want`` within a relative ``tolerance``; return
     the relative error.
 
@@ -108,7 +109,7 @@ def close(got, want, what: str, tolerance: float = 1e-4) -> float:
     return error
 
 
-def same(got, want, what: str) -> None:
+def same(got: Any_, want: Any_, what: str) -> None:
     """Check that ``got == want`` exactly (counts, bytes, shapes, lists of collectives).
 
     Raises:

@@ -1,6 +1,7 @@
 """Inference (chapter 14): the KV cache, prefill and decode on the roofline, and a model split
 to serve it."""
 
+from tpviz.core.publish import publish
 from tpviz.inference import draw, explore, model, paged, plan, serve, shards
 from tpviz.inference.check import Checked, check, mesh_of, reference
 from tpviz.inference.explore import explore_decode, render_decode
@@ -35,3 +36,5 @@ __all__ = ["BYTES", "CHIP_HOUR", "PALM_540B", "SCHEMES", "Checked", "Step", "che
            "model", "network", "paged", "place", "plan", "prefill", "program", "reference",
            "render_decode", "serve", "shards", "slice_shape", "speculative", "speculative_priced",
            "step_body", "weight_bytes", "weight_stationary"]
+
+publish(globals())

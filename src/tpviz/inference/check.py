@@ -13,6 +13,7 @@ import numpy as np
 
 from tpviz.core import compiled, validate, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import Size
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ShardingError
 from tpviz.inference import model as tiny
@@ -56,7 +57,8 @@ def mesh_of(devices: int):
     return make_mesh((devices,), (AXIS,), devices=available[:devices])
 
 
-def reference(config: tiny.Config, steps: int, seed: int = 0) -> dict:
+def reference(config: tiny.Config, steps: Size(4096, "each step runs the model"), seed: int = 0
+              ) -> dict:
     """Single-device decoding: the prompt prefilled, then ``steps`` greedy tokens. Returns the
     weights, the prefilled cache and first token, and each step's logits and tokens."""
     params = tiny.init(config, seed)

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, ScalarFormatter
 
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Any_, Index, Sizes
+from tpviz.inference.paged import Paging
 from tpviz.inference.plan import critical_batch, decode, kv_cache_bytes, model_of, weight_bytes
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def kv_growth(model, contexts=(1024, 4096, 16384, 65536, 131072), batches=(1, 8, 64),
+def kv_growth(model: Any_, contexts: Sizes() = (1024, 4096, 16384, 65536, 131072),
+              batches: Sizes() = (1, 8, 64),
               dtype: str = "bf16") -> Figure:
     """Bytes of the KV cache against the context, one line per batch, and the weights' bytes
     (dashed): where a line crosses it, the cache outweighs the model."""
@@ -35,8 +40,9 @@ def kv_growth(model, contexts=(1024, 4096, 16384, 65536, 131072), batches=(1, 8,
     return fig
 
 
-def decode_times(model, system: str, chips: int, context: int, dtype: str = "bf16",
-                 batches=BATCHES, contexts=(2048, 8192, 32768), marked: int | None = None
+def decode_times(model: Any_, system: str, chips: int, context: Index, dtype: str = "bf16",
+                 batches: Sizes() = BATCHES, contexts: Sizes() = (2048, 8192, 32768),
+                 marked: int | None = None
                  ) -> Figure:
     """Left: one decode step's terms against the batch (reading the weights, reading the
     caches, the FLOPs, the all-reduces), B_crit dotted. Right: latency per token against
@@ -79,7 +85,7 @@ def decode_times(model, system: str, chips: int, context: int, dtype: str = "bf1
     return fig
 
 
-def paging(results: dict) -> Figure:
+def paging(results: dict[str, Sequence[Paging]]) -> Figure:
     """Token slots reserved per token stored, contiguous against paged, for each spread of
     request lengths (``{label: [Paging, ...]}``, one per seed: the bars are the mean, the
     whiskers the range)."""

@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 from tpviz.core import hardware as hw
 from tpviz.core import validate
 from tpviz.core.collectives import html_table
+from tpviz.core.kinds import Index
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.inference.draw import decode_times
@@ -68,7 +69,7 @@ def explore_decode(model: str = "LLaMA-3 70B", system: str = "TPU v5e", chips: i
     return live(controls, render_decode, figure=LIVE)
 
 
-def decode_rows(system: str, chips: int, batch: int, context: int, dtype: str,
+def decode_rows(system: str, chips: int, batch: int, context: Index, dtype: str,
                 model: str = "LLaMA-3 70B") -> list[dict]:
     """The live figure's rows: the step's four terms as bars, its latency, throughput, cost
     and whether it fits in words."""

@@ -22,7 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tpviz.core.kinds import ArrayOf, Callback, Index, Keys, Numbers, Of, Size
+from tpviz.errors import ArgumentError, ArgumentTypeError
+
 MASKED = -1e30  # a finite "minus infinity": exp() of it is 0, and no NaN from (-inf) - (-inf)
+WEIGHTS = ("embed", "pos", "norm1", "norm2", "wq", "wk", "wv", "wo", "w1", "w3", "w2", "final",
+           "out")  # init's
 
 
 @dataclass(frozen=True)
@@ -75,18 +80,19 @@ def empty_cache(config: Config) -> dict:
     return {"k": np.zeros(shape, np.float32), "v": np.zeros(shape, np.float32)}
 
 
-def rms(x, weight):
+def rms(x: ArrayOf("... H"), weight: ArrayOf("H")):
     """RMS norm over the last axis."""
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * weight
 
 
-def mlp(h, w1, w3, w2):
+def mlp(h: ArrayOf("... H"), w1: ArrayOf("H F"), w3: ArrayOf("H F"), w2: ArrayOf("F H")):
     """SwiGLU: ``(silu(h W_1) ⊙ h W_3) W_2`` (with W_1, W_3 column blocks and W_2 a row block
     inside tensor parallelism: a partial sum)."""
     return (jax.nn.silu(h @ w1) * (h @ w3)) @ w2
 
 
-def attend(q, k, v, valid):
+def attend(q: ArrayOf("B N D"), k: ArrayOf("B S M D"), v: ArrayOf("B S M D"),
+           valid: ArrayOf("... S")):
     """Grouped-query attention of one new token per sequence over a block of cached positions.
 
     ``q[B, n_h, d_h]``; ``k, v[B, s, m, d_h]`` with ``m`` key/value heads (n_h a multiple of
@@ -104,11 +110,19 @@ def attend(q, k, v, valid):
     return o.reshape(b, n, d), lse.reshape(b, n)
 
 
-def decode_step(params: dict, cache: dict, tokens, pos, config: Config):
+def decode_step(params: Keys(*WEIGHTS), cache: Keys("k", "v"), tokens: ArrayOf("B", integer=True),
+                pos: Of(Index, ArrayOf(0, integer=True)), config: Config):
     """One token for each of B sequences on one device: ``tokens[B]`` at position ``pos``
     (a scalar). Returns the logits ``[B, V]`` and the cache with this token's keys and
     values written at ``pos``."""
     c = config
+    try:
+        known = float(pos)
+    except Exception:  # traced inside jax.jit: its value is unknown here
+        known = None
+    if known is not None and not 0 <= known < c.context:
+        raise ArgumentError(f"pos = {pos!r} is not a position of the context, an integer 0 to "
+                            f"{c.context - 1}.")
     x = params["embed"][tokens] + params["pos"][pos]  # [B, H]
     ks, vs = [], []
     valid = jnp.arange(c.context) <= pos  # [S]
@@ -130,7 +144,7 @@ def decode_step(params: dict, cache: dict, tokens, pos, config: Config):
     return logits, {"k": jnp.stack(ks), "v": jnp.stack(vs)}
 
 
-def prefill(params: dict, prompt, config: Config):
+def prefill(params: Keys(*WEIGHTS), prompt: ArrayOf("B T", integer=True), config: Config):
     """The prompt ``[B, P]`` in one pass with causal attention: the logits of its last token
     ``[B, V]`` and the cache with positions ``0 … P-1`` written (the rest zero)."""
     c = config
@@ -163,12 +177,17 @@ def prompt_tokens(config: Config, seed: int = 0) -> np.ndarray:
     return rng.integers(0, config.vocab, (config.batch, config.prompt)).astype(np.int32)
 
 
-def generate(step, params, cache, tokens, start: int, steps: int):
+def generate(step: Callback, params: Keys(*WEIGHTS), cache: Keys("k", "v"), tokens: Numbers,
+             start: Index, steps: Size(4096, "each step runs the model")):
     """Greedy decoding: ``steps`` calls of ``step(params, cache, tokens, pos)`` from position
     ``start``. Returns the logits of each step and the tokens chosen, as host arrays."""
     logits, chosen = [], []
     for i in range(steps):
-        out, cache = step(params, cache, tokens, np.int32(start + i))
+        result = step(params, cache, tokens, np.int32(start + i))
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise ArgumentTypeError(f"step must return (logits, cache), as decode_step does; "
+                                    f"it returned {type(result).__name__}.")
+        out, cache = result
         tokens = jnp.argmax(out, axis=-1).astype(jnp.int32)
         logits.append(out)
         chosen.append(tokens)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import jax.numpy as jnp
 
 from tpviz.core import validate
+from tpviz.core.kinds import ArrayOf, Index, Of, Sizes
 from tpviz.errors import ArgumentError
 from tpviz.inference.model import attend
 
@@ -38,7 +39,7 @@ class BlockTable:
         self.block = validate.integer("block", self.block, maximum=10**6)
         self.free = list(range(self.blocks))[::-1]  # pop() hands out 0, 1, 2, …
 
-    def append(self, request, tokens: int = 1) -> None:
+    def append(self, request: Of(Index, str), tokens: int = 1) -> None:
         """Add ``tokens`` tokens to ``request`` (a new one starts empty), taking a new block
         whenever its last one is full.
 
@@ -55,10 +56,13 @@ class BlockTable:
             table.append(self.free.pop())
         self.lengths[request] = have
 
-    def release(self, request) -> None:
+    def release(self, request: Of(Index, str)) -> None:
         """Give a finished request's blocks back."""
+        if request not in self.tables:
+            raise ArgumentError(f"request {request!r} holds no blocks (its requests: "
+                                f"{list(self.tables)[:8]}).")
         self.free.extend(reversed(self.tables.pop(request)))
-        self.lengths.pop(request)
+        self.lengths.pop(request, None)
 
     @property
     def used(self) -> int:
@@ -88,7 +92,7 @@ class Paging:
         return self.contiguous / self.paged
 
 
-def simulate(lengths, max_tokens: int, block: int = 16) -> Paging:
+def simulate(lengths: Sizes(), max_tokens: int, block: int = 16) -> Paging:
     """Grow the requests side by side to their lengths (prompt and output), ``block`` tokens
     per round, in a :class:`BlockTable`, and count the slots against a contiguous cache of
     ``max_tokens`` per request."""
@@ -109,7 +113,8 @@ def simulate(lengths, max_tokens: int, block: int = 16) -> Paging:
     return Paging(sum(lengths), len(lengths) * max_tokens, table.used * block)
 
 
-def paged_attention(q, k_pool, v_pool, table, length: int):
+def paged_attention(q: ArrayOf("1 N D"), k_pool: ArrayOf("P B M D"), v_pool: ArrayOf("P B M D"),
+                    table: ArrayOf("T", integer=True, loose=True), length: int):
     """Attention of one request's new token over its cache read through its block table.
 
     ``q[1, n_h, d_h]``; ``k_pool, v_pool[blocks, block, n_kv, d_h]`` every request's blocks;

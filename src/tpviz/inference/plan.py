@@ -32,13 +32,14 @@ from dataclasses import dataclass
 
 from tpviz.core import hardware as hw
 from tpviz.core import validate
+from tpviz.core.kinds import Amount, Any_, Index, OneOf
 from tpviz.errors import ArgumentError, ArgumentTypeError
 
 #: bytes per value of the weights and caches a server keeps (int4: two values per byte)
 BYTES = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 
-def model_of(model) -> hw.Model:
+def model_of(model: Any_) -> hw.Model:
     """A :class:`tpviz.core.hardware.Model`, or the one ``MODELS`` names."""
     if isinstance(model, hw.Model):
         return model
@@ -53,7 +54,7 @@ def bytes_of(dtype: str, name: str = "dtype") -> float:
     return BYTES[validate.choice(name, dtype, BYTES)]
 
 
-def kv_cache_bytes(model, tokens: int, dtype: str = "bf16") -> float:
+def kv_cache_bytes(model: Any_, tokens: int, dtype: str = "bf16") -> Amount:
     """Bytes of the keys and values of ``tokens`` tokens, every layer:
     ``2 · L · n_kv · d_h · bytes · tokens``.
 
@@ -66,7 +67,7 @@ def kv_cache_bytes(model, tokens: int, dtype: str = "bf16") -> float:
     return 2 * m.layers * m.K * m.d * bytes_of(dtype) * tokens
 
 
-def weight_bytes(model, dtype: str = "bf16") -> float:
+def weight_bytes(model: Any_, dtype: str = "bf16") -> Amount:
     """Bytes of every parameter (what the chips must hold)."""
     return model_of(model).params * bytes_of(dtype)
 
@@ -95,7 +96,7 @@ def matmul_params(m: hw.Model) -> float:
 
 # --- the machine ----------------------------------------------------------------------------
 
-def slice_shape(system: str, chips: int) -> tuple[int, ...]:
+def slice_shape(system: OneOf(lambda: hw.TPUS), chips: int) -> tuple[int, ...]:
     """The TPU slice of ``chips`` chips (a power of two): the sizes doubled axis by axis, the
     largest first, as Google's topologies go: v5e 2x2, 4x2, 4x4, 8x4, …, 16x16; v5p 2x2x1,
     2x2x2, 4x2x2, …, 4x4x4 (google2024tpuv5e, google2024tpuv5p)."""
@@ -107,7 +108,7 @@ def slice_shape(system: str, chips: int) -> tuple[int, ...]:
     return tuple(sorted(shape, reverse=True))
 
 
-def check_chips(system: str, chips) -> int:
+def check_chips(system: str, chips: Any_) -> int:
     """``chips`` as an int a ``system`` comes in: a power of two up to the pod (TPU); up to 8,
     or whole nodes of 8 (GPU).
 
@@ -238,7 +239,7 @@ def _inputs(model, system, chips, dtype, kv_dtype, compute):
     return m, system, net, n, w, kv, chip, act
 
 
-def decode(model, system: str, chips: int, batch: int, context: int, dtype: str = "bf16", *,
+def decode(model: Any_, system: str, chips: int, batch: int, context: Index, dtype: str = "bf16", *,
            kv_dtype: str | None = None, compute: str = "bf16", queries: int = 1) -> Step:
     """One decode step of ``batch`` sequences with ``context`` tokens cached each, on ``chips``
     chips of ``system`` (a key of ``core.hardware.SYSTEMS``), weights in ``dtype``, the cache
@@ -264,7 +265,7 @@ def decode(model, system: str, chips: int, batch: int, context: int, dtype: str 
                 _comm_s(m, net, b * q, act) if n > 1 else 0.0, held, chip.hbm_bytes)
 
 
-def prefill(model, system: str, chips: int, tokens: int, dtype: str = "bf16", *,
+def prefill(model: Any_, system: str, chips: int, tokens: int, dtype: str = "bf16", *,
             kv_dtype: str | None = None, compute: str = "bf16") -> Step:
     """Processing a prompt of ``tokens`` tokens (one sequence) and writing its cache: causal
     attention, ``2 · T² · n_h · d_h · L`` FLOPs; the all-reduces of ``[T, H]`` overlap the

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tpviz.inference.model import Config, attend, mlp, rms
+from tpviz.core.kinds import ArrayOf, Keys, MeshWith, OneOf
+from tpviz.inference.model import WEIGHTS, Config, attend, mlp, rms
 
 AXIS = "model"
 SCHEMES = ("heads", "batch", "sequence")
@@ -38,7 +39,7 @@ def slots(config: Config, devices: int) -> int:
     return max(config.kv_heads, devices)
 
 
-def combine_across(o, lse, axis: str = AXIS):
+def combine_across(o: ArrayOf("B N D"), lse: ArrayOf("B N"), axis: str = AXIS):
     """Merge each device's attention over its part of the context (inside ``shard_map``).
 
     ``o[B, n_h, d_h]`` normalised and ``lse[B, n_h]`` on device i. With ``m = max_i lse_i``
@@ -96,7 +97,7 @@ def _sequence(c: Config, n: int, h, layer: dict, k_cache, v_cache, pos, axis=AXI
 ATTENTION = {"heads": _heads, "batch": _batch, "sequence": _sequence}
 
 
-def step_body(scheme: str, config: Config, devices: int, axis: str = AXIS):
+def step_body(scheme: OneOf(SCHEMES), config: Config, devices: int, axis: str = AXIS):
     """The per-device decode step of ``scheme``: ``(params, cache, tokens, pos) -> (logits,
     cache)``, params and cache this device's blocks (see the module text)."""
     c, attention = config, ATTENTION[scheme]
@@ -147,7 +148,9 @@ def expand(params: dict, cache: dict, config: Config, devices: int) -> tuple[dic
     return out, {k: jnp.repeat(v, r, axis=3) for k, v in cache.items()}
 
 
-def place(scheme: str, mesh, params: dict, cache: dict, config: Config) -> tuple[dict, dict]:
+def place(scheme: OneOf(SCHEMES), mesh: MeshWith(AXIS), params: Keys(*WEIGHTS),
+          cache: Keys("k", "v"), config: Config
+          ) -> tuple[dict, dict]:
     """The weights and cache on the mesh, split as ``scheme`` says."""
     n = mesh.shape[AXIS]
     if scheme == "heads":
@@ -157,7 +160,7 @@ def place(scheme: str, mesh, params: dict, cache: dict, config: Config) -> tuple
             {k: jax.device_put(v, NamedSharding(mesh, kv[k])) for k, v in cache.items()})
 
 
-def program(scheme: str, mesh, config: Config):
+def program(scheme: OneOf(SCHEMES), mesh: MeshWith(AXIS), config: Config):
     """The jitted sharded step ``(params, cache, tokens, pos) -> (logits, cache)``; the cache
     is donated, so the step writes it in place."""
     w, kv = specs(scheme)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from tpviz.core import hardware as hw
 from tpviz.core import validate
+from tpviz.core.kinds import Any_, Index, KeywordsOf, Sizes
 from tpviz.errors import ArgumentError
 from tpviz.inference.plan import (
     bytes_of,
@@ -60,7 +61,7 @@ def chip_counts(system: str, most: int = 256) -> list[int]:
     return [n for n in (1, 2, 4, 8) if n <= most] + list(range(16, most + 1, 8))
 
 
-def min_chips(model, system: str, dtype: str = "bf16", batch: int = 1, context: int = 0, *,
+def min_chips(model: Any_, system: str, dtype: str = "bf16", batch: int = 1, context: int = 0, *,
               kv_dtype: str | None = None) -> int:
     """The fewest chips of ``system`` that hold the weights and ``batch`` caches of ``context``
     tokens (one chip's HBM each).
@@ -75,7 +76,7 @@ def min_chips(model, system: str, dtype: str = "bf16", batch: int = 1, context: 
                         f"and context = {context}; use fewer or shorter sequences.")
 
 
-def max_batch(model, system: str, chips: int, context: int, dtype: str = "bf16", *,
+def max_batch(model: Any_, system: str, chips: int, context: Index, dtype: str = "bf16", *,
               kv_dtype: str | None = None) -> int:
     """The largest batch whose caches fit beside the weights (0: the weights alone do not)."""
     step = decode(model, system, chips, 1, context, dtype, kv_dtype=kv_dtype)
@@ -85,8 +86,9 @@ def max_batch(model, system: str, chips: int, context: int, dtype: str = "bf16",
     return max(0, int(free // kv_cache_bytes(model, context + 1, kv_dtype or dtype)))
 
 
-def curve(model, system: str, chips: int, context: int, dtype: str = "bf16",
-          batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), **kw) -> list:
+def curve(model: Any_, system: str, chips: int, context: Index, dtype: str = "bf16",
+          batches: Sizes() = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+          **kw: KeywordsOf(decode)) -> list:
     """Decode steps at each batch that fits: the latency/throughput curve."""
     steps = [decode(model, system, chips, b, context, dtype, **kw) for b in batches]
     return [s for s in steps if s.fits]
@@ -111,7 +113,7 @@ def transfer_s(system: str, chips: int, nbytes: float) -> float:
     return validate.number("nbytes", nbytes, minimum=0) / (check_chips(system, chips) * out)
 
 
-def disaggregate(model, system: str, prefill_chips: int, decode_chips: int, prompt: int,
+def disaggregate(model: Any_, system: str, prefill_chips: int, decode_chips: int, prompt: int,
                  generated: int, batch: int, dtype: str = "bf16") -> Serving:
     """A workload of ``prompt``-token prompts and ``generated`` tokens each, decoded ``batch``
     at a time: colocated (prefills on the decode chips, stopping the batch) or disaggregated."""
@@ -138,7 +140,8 @@ def speculative(acceptance: float, draft_tokens: int, cost_ratio: float) -> tupl
     return tokens, tokens / (gamma * kappa + 1)
 
 
-def speculative_priced(target, draft, system: str, chips: int, batch: int, context: int,
+def speculative_priced(target: Any_, draft: Any_, system: str, chips: int, batch: int,
+                       context: Index,
                        acceptance: float, draft_tokens: int, dtype: str = "bf16") -> dict:
     """Speculative decoding priced on the roofline: γ draft steps and one target step of γ + 1
     queries per sequence, against plain target steps. Returns κ, the formula's speed-up and
@@ -155,7 +158,7 @@ def speculative_priced(target, draft, system: str, chips: int, batch: int, conte
 
 # --- Pope et al.'s weight-stationary layouts -------------------------------------------------
 
-def weight_stationary(model, system: str, mesh_shape, batch: int, layout: str = "1d",
+def weight_stationary(model: Any_, system: str, mesh_shape: Sizes(), batch: int, layout: str = "1d",
                       dtype: str = "bf16") -> dict[str, float]:
     """Communication of one MLP per layer and decode step under ``layout`` ("1d" or "2d") on a
     TPU slice of ``mesh_shape``: each collective priced on that slice (latency included). 2D

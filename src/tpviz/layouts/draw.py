@@ -6,18 +6,17 @@ extracts the same information from a real ``jax.Array`` and draws it the same wa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import jax
 from matplotlib.figure import Figure
 
 from tpviz.core import layout, validate
 from tpviz.core.figures import blocks_figure
+from tpviz.core.kinds import Any_, Axes, Dtype, Sizes, SpecLike
 from tpviz.core.notation import as_spec, to_notation
 
 
-def sharding(shape: Sequence[int], spec, mesh_shape: layout.MeshShape, *, name: str = "A",
-             dtype=None, ax=None) -> Figure:
+def sharding(shape: Sizes(), spec: SpecLike, mesh_shape: layout.MeshShape, *, name: str = "A",
+             dtype: Dtype | None = None, ax: Axes | None = None) -> Figure:
     """Draw the planned layout of an array: which mesh positions hold which block.
 
     Args:
@@ -38,7 +37,7 @@ def sharding(shape: Sequence[int], spec, mesh_shape: layout.MeshShape, *, name: 
     return blocks_figure(shape, [(b.slices, b.devices) for b in bs], title, ax=ax)
 
 
-def array(x, *, name: str = "A", ax=None) -> Figure:
+def array(x: Any_, *, name: str = "A", ax: Axes | None = None) -> Figure:
     """Draw a real ``jax.Array``: its blocks and the ids of the devices that hold them.
 
     Raises:

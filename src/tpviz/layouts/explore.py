@@ -5,18 +5,26 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.core import layout
+from tpviz.core.kinds import DRAWN, Dtype, OneOf, Size
+from tpviz.core.layout import validate_spec
 from tpviz.core.live import FONT, OUTLINE, Grid, LiveFigure, notes
 from tpviz.core.notation import parse
 from tpviz.core.widgets import Controls, Live, live
+from tpviz.errors import ShardingError
 from tpviz.layouts.draw import sharding
 
 MESHES = {"X=8": {"X": 8}, "X=2, Y=4": {"X": 2, "Y": 4}, "X=4, Y=2": {"X": 4, "Y": 2},
           "X=2, Y=2, Z=2": {"X": 2, "Y": 2, "Z": 2}}
 
 
-def render_layout(mesh: str, notation: str, rows: int, cols: int, dtype: str) -> Figure:
+def render_layout(mesh: OneOf(MESHES), notation: str, rows: Size(64, DRAWN),
+                  cols: Size(64, DRAWN), dtype: Dtype) -> Figure:
     """The figure ``explore_layout`` shows for one setting (also used by the benchmarks)."""
     parsed = parse(notation)
+    try:
+        validate_spec((rows, cols), parsed.spec, MESHES[mesh])
+    except ShardingError as e:
+        raise ShardingError(f"notation = {notation!r}: {e}") from None
     return sharding((rows, cols), parsed.spec, MESHES[mesh], name=parsed.name, dtype=dtype)
 
 

@@ -2,6 +2,7 @@
 this topic draws it (``draw``), explores it (``explore_network``, ``explore_roofline``) and
 checks the chapter's exercises (``exercises``)."""
 
+from tpviz.core.publish import publish
 from tpviz.machines import draw
 from tpviz.machines.explore import (
     MACHINES,
@@ -13,3 +14,5 @@ from tpviz.machines.explore import (
 
 __all__ = ["MACHINES", "draw", "explore_network", "explore_roofline", "render_network",
            "render_roofline"]
+
+publish(globals())

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tpviz.core import hardware as hw
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, figure
+from tpviz.core.kinds import Callback, OneOf, Sizes
+from tpviz.errors import ArgumentError, ArgumentTypeError
 
 
-def roofline(chip: str = "TPU v5e", dtype: str = "bf16", batches=(16, 64, 240, 1024, 4096),
+def roofline(chip: OneOf(lambda: [*hw.CHIPS, *hw.SYSTEMS]) = "TPU v5e", dtype: str = "bf16",
+             batches: Sizes(2**20, "a batch beyond it is off the chart", length=None,
+                            least=1) = (16, 64, 240, 1024, 4096),
              d: int = 8192, f: int = 8192) -> Figure:
     """Attainable FLOP/s against arithmetic intensity on ``chip`` (log-log): the HBM slope,
     the compute roof, the ridge, and the matmuls ``X[B, D] · W[D, F]`` of ``batches``."""
@@ -75,8 +81,12 @@ def _powers(axis, exponents, unit: str) -> None:
     axis.set_ticks(exponents, [f"1e{e}{unit}" for e in exponents])
 
 
-def torus(mesh_shape=(4, 4), wrap=(False, False), title: str = "") -> Figure:
+def torus(mesh_shape: Sizes(64, "a drawing of more chips per axis is unreadable") = (4, 4),
+          wrap: tuple[bool, ...] = (False, False), title: str = "") -> Figure:
     """Chips of a 2D slice with their ICI links; wraparound links drawn as arcs."""
+    if not 1 <= len(mesh_shape) <= 2 or len(wrap) != len(mesh_shape):
+        raise ArgumentError(f"mesh_shape = {mesh_shape} and wrap = {wrap}: give one or two "
+                            f"axes, and one wrap flag per axis.")
     rows, cols = (*tuple(mesh_shape), 1)[:2]
     wraps = (*tuple(wrap), False)[:2]
     fig = figure(0.4 * rows + 1.2, 0.4 * cols + 1.6, layout="constrained")
@@ -103,12 +113,16 @@ def torus(mesh_shape=(4, 4), wrap=(False, False), title: str = "") -> Figure:
     return fig
 
 
-def collective_curve(price, label: str = "", sizes=None, marked: float | None = None
-                     ) -> Figure:
+def collective_curve(price: Callback, label: str = "", sizes: Sequence[float] | None = None,
+                     marked: float | None = None) -> Figure:
     """Seconds of a collective against V (log-log): the latency term, the bandwidth term and
     their sum, from ``price(nbytes)`` (a :class:`tpviz.core.hardware.Price` maker)."""
     sizes = np.logspace(2, 10, 33) if sizes is None else np.asarray(sizes)
     got = [price(v) for v in sizes]
+    if not all(isinstance(g, hw.Price) for g in got):
+        raise ArgumentTypeError(f"price must return a tpviz.core.hardware.Price for each size, "
+                                f"got {type(got[0]).__name__}; e.g. lambda v: cluster.price("
+                                f"'all-reduce', v).")
     fig = figure(3.4)
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.16, top=0.9)
     ax = fig.add_subplot()

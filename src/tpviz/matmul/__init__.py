@@ -6,6 +6,8 @@ shardings), ``check`` (both against ``x @ w`` and the compiled collectives), ``d
 ``explore`` and ``exercises``.
 """
 
+from tpviz.core.publish import publish
+from tpviz.errors import ShardingError
 from tpviz.matmul import draw
 from tpviz.matmul.check import Check, check
 from tpviz.matmul.explore import explore_matmul
@@ -13,3 +15,5 @@ from tpviz.matmul.plan import MatmulPlan, plan
 from tpviz.matmul.run import explicit, gspmd
 
 __all__ = ["Check", "MatmulPlan", "check", "draw", "explicit", "explore_matmul", "gspmd", "plan"]
+
+publish(globals(), error=ShardingError)

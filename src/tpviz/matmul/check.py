@@ -8,6 +8,7 @@ import numpy as np
 
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import ArrayOf, JaxMesh
 from tpviz.matmul.plan import MatmulPlan
 from tpviz.matmul.run import explicit, gspmd
 
@@ -22,7 +23,7 @@ class Check:
     max_error: float
 
 
-def check(p: MatmulPlan, mesh, x, w) -> Check:
+def check(p: MatmulPlan, mesh: JaxMesh, x: ArrayOf("B D"), w: ArrayOf("D F")) -> Check:
     """Run the plan both ways; compare with the single-device product and the plan's collectives.
 
     Raises:

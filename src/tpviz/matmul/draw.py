@@ -9,7 +9,9 @@ from matplotlib.figure import Figure
 from tpviz.core import cost, layout
 from tpviz.core.figures import SMALL_PT, blocks_figure
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import SystemLike
 from tpviz.core.notation import to_notation
+from tpviz.matmul.plan import MatmulPlan
 
 
 def _wrap(line: str, width: int = 95) -> str:
@@ -17,7 +19,7 @@ def _wrap(line: str, width: int = 95) -> str:
     return textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False)
 
 
-def figure(p, *, system=None) -> Figure:
+def figure(p: MatmulPlan, *, system: SystemLike | None = None) -> Figure:
     """``In · W1 = Out`` side by side for a :class:`tpviz.matmul.MatmulPlan`: who holds which block
     of each operand, who computes which block of Out, and (below) what moves between devices."""
     system = None if system is None else cost.system(system)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from matplotlib.figure import Figure
 
 from tpviz.core import compiled, cost
+from tpviz.core.kinds import HELD, OneOf, Size, SystemLike
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.notation import parse
 from tpviz.core.widgets import Controls, Live, live
@@ -18,7 +19,8 @@ from tpviz.matmul.plan import plan
 from tpviz.matmul.run import explicit
 
 
-def render_matmul(mesh: str, x: str, w: str, b: int, d: int, f: int, system: str,
+def render_matmul(mesh: OneOf(MESHES), x: str, w: str, b: Size(2**16, HELD),
+                  d: Size(2**16, HELD), f: Size(2**16, HELD), system: SystemLike,
                   reduce_scatter: bool = False, show_compiled: bool = False) -> Figure:
     """The figure ``explore_matmul`` shows; with ``show_compiled``, also the compiled program's
     collectives."""

@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec
 
 from tpviz.core import layout
 from tpviz.core.collectives import Collective
+from tpviz.core.kinds import Dtype, Sizes, SpecLike
 from tpviz.core.layout import MeshShape
 from tpviz.core.notation import as_spec, axes_of, to_notation
 from tpviz.errors import ShardingError
@@ -78,8 +79,17 @@ def _planned(kind: str, nbytes: int, mesh_shape: MeshShape, axes, what: str) -> 
     return Collective(kind, nbytes, _size(mesh_shape, axes), axes=tuple(axes), what=what)
 
 
-def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
-         mesh_shape: MeshShape, *, dtype="float32", reduce_scatter: bool = False) -> MatmulPlan:
+def _named_spec(name: str, shape, spec, mesh_shape):
+    """``layout.validate_spec``, its error saying which argument it is about."""
+    try:
+        return layout.validate_spec(shape, as_spec(spec), mesh_shape)
+    except ShardingError as e:
+        raise ShardingError(f"{name}: {e}") from None
+
+
+def plan(x_shape: Sizes(), w_shape: Sizes(), x_spec: SpecLike, w_spec: SpecLike,
+         mesh_shape: MeshShape, *, dtype: Dtype = "float32", reduce_scatter: bool = False
+         ) -> MatmulPlan:
     """Plan ``In[B, D] · W1[D, F]`` for the given input shardings.
 
     Args:
@@ -96,15 +106,17 @@ def plan(x_shape: Sequence[int], w_shape: Sequence[int], x_spec, w_spec,
     """
     x_shape, w_shape = tuple(x_shape), tuple(w_shape)
     if len(x_shape) != 2 or len(w_shape) != 2:
-        raise ShardingError(f"In and W1 must be matrices; got shapes {x_shape} and {w_shape}.")
+        raise ShardingError(f"In and W1 must be matrices; got x_shape = {x_shape} and w_shape = "
+                            f"{w_shape}.")
     if x_shape[1] != w_shape[0]:
         raise ShardingError(
-            f"the inner dimensions differ: In is {x_shape} and W1 is {w_shape}, so In · W1 is "
+            f"the inner dimensions differ: In is x_shape = {x_shape} and W1 is w_shape = "
+            f"{w_shape}, so In · W1 is "
             f"undefined; W1 needs {x_shape[1]} rows."
         )
     mesh_shape = dict(mesh_shape)
-    x_spec = layout.validate_spec(x_shape, as_spec(x_spec), mesh_shape)
-    w_spec = layout.validate_spec(w_shape, as_spec(w_spec), mesh_shape)
+    x_spec = _named_spec("x_spec", x_shape, x_spec, mesh_shape)
+    w_spec = _named_spec("w_spec", w_shape, w_spec, mesh_shape)
     bx, dx = axes_of(_entry(x_spec, 0)), axes_of(_entry(x_spec, 1))
     dw, fw = axes_of(_entry(w_spec, 0)), axes_of(_entry(w_spec, 1))
     clash = set(bx) & set(fw)

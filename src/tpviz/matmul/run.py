@@ -6,11 +6,12 @@ import jax
 from jax.sharding import NamedSharding
 
 from tpviz.compat import all_gather_invariant
+from tpviz.core.kinds import JaxMesh
 from tpviz.core.notation import axes_of
 from tpviz.matmul.plan import MatmulPlan, _entry
 
 
-def explicit(p: MatmulPlan, mesh):
+def explicit(p: MatmulPlan, mesh: JaxMesh):
     """The plan as a ``jax.shard_map`` program: the collectives are written by hand."""
     dx, dw = axes_of(_entry(p.x_spec, 1)), axes_of(_entry(p.w_spec, 0))
 
@@ -30,7 +31,7 @@ def explicit(p: MatmulPlan, mesh):
                          out_specs=p.y_spec)
 
 
-def gspmd(p: MatmulPlan, mesh):
+def gspmd(p: MatmulPlan, mesh: JaxMesh):
     """The same product left to the compiler: ``jax.jit`` with the plan's shardings."""
     return jax.jit(lambda x, w: x @ w,
                    in_shardings=(NamedSharding(mesh, p.x_spec), NamedSharding(mesh, p.w_spec)),

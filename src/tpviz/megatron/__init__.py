@@ -6,6 +6,8 @@ column- and row-parallel layers, the sharded programs), ``check``, ``draw``, ``e
 ``exercises``.
 """
 
+from tpviz.core.publish import publish
+from tpviz.errors import ShardingError
 from tpviz.megatron import draw
 from tpviz.megatron.check import Check, check
 from tpviz.megatron.explore import explore_megatron
@@ -35,3 +37,5 @@ __all__ = ["AXIS", "KINDS", "Check", "Plan", "attention", "block", "check", "col
            "gspmd_train_step", "init", "layer_norm", "mlp", "model", "place", "plan",
            "reduce_from_tp_region", "reference_step", "row_parallel", "shapes", "specs",
            "train_step"]
+
+publish(globals(), error=ShardingError)

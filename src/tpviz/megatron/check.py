@@ -9,9 +9,19 @@ import jax
 
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import ArrayOf, JaxMesh, Keys
 from tpviz.errors import ShardingError
 from tpviz.megatron.plan import AXIS, plan, specs
-from tpviz.megatron.run import forward, gspmd_train_step, model, place, reference_step, train_step
+from tpviz.megatron.run import (
+    DIMS,
+    MLP,
+    forward,
+    gspmd_train_step,
+    model,
+    place,
+    reference_step,
+    train_step,
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +33,9 @@ class Check:
     weight_bytes_per_device: int  # measured from the array shards
 
 
-def check(kind: str, mesh, x, target, params, head_dim: int = 0, axis: str = AXIS) -> Check:
+def check(kind: str, mesh: JaxMesh, x: ArrayOf("B S H"), target: ArrayOf("B S H"),
+          params: Keys(*MLP, dims=DIMS), head_dim: int = 0,
+          axis: str = AXIS) -> Check:
     """Run the sharded forward pass and training step; compare with one device and the plan.
 
     Raises:

@@ -10,9 +10,11 @@ from matplotlib.figure import Figure
 from tpviz.core import layout
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, device_label, palette, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import OneOf
+from tpviz.megatron.plan import KINDS, Plan
 
 
-def mlp(p, footer: str = "") -> Figure:
+def mlp(p: Plan, footer: str = "") -> Figure:
     """The Megatron MLP ``Out = gelu(In W1) W2`` for a :class:`tpviz.megatron.Plan`: who holds
     which block of In, W1, the activations Tmp, W2, and of Out after the all-reduce;
     ``footer``: more text below.
@@ -66,7 +68,7 @@ def mlp(p, footer: str = "") -> Figure:
     return fig
 
 
-def timeline(kind: str = "mlp") -> Figure:
+def timeline(kind: OneOf(KINDS) = "mlp") -> Figure:
     """Where communication happens in a Megatron MLP (or block), forward and backward: compute
     in blue, the all-reduces of g (forward) and f (backward) in vermilion, identities in grey."""
     mlp_fwd = ["f: identity", "In·W1 (column)", "GeLU", "·W2 (row)", "g: all-reduce"]

@@ -16,6 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz.core import layout, validate
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import Devices, Dtype
 from tpviz.errors import ShardingError
 
 AXIS = "model"
@@ -90,7 +91,7 @@ class Plan:
         return self.collectives(training=True).sent_bytes()
 
 
-def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: int, dtype="bf16",
+def plan(tokens: int, hidden: int, ffn: int, heads: int, devices: Devices, dtype: Dtype = "bf16",
          kind: str = "block") -> Plan:
     """Per-device shapes and bytes of a Megatron block (or MLP) split over ``devices``.
 

@@ -6,6 +6,8 @@ bytes), ``choose`` (beside data parallelism and 1D Megatron; the best mesh and t
 ``exercises``.
 """
 
+from tpviz.core.publish import publish
+from tpviz.errors import ShardingError
 from tpviz.mesh2d import draw
 from tpviz.mesh2d.check import Check, as_gspmd, check, found, predicted
 from tpviz.mesh2d.choose import (
@@ -49,3 +51,5 @@ __all__ = [
     "smallest_batch_per_device",
     "step_time",
 ]
+
+publish(globals(), error=ShardingError)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jax
@@ -10,6 +11,7 @@ from jax.sharding import NamedSharding
 
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import ArrayOf, Callback, JaxMesh, MeshShape
 from tpviz.mesh2d.plan import Plan
 from tpviz.mesh2d.run import (
     OUT_SPEC,
@@ -42,7 +44,7 @@ def axis_of(c: Collective, mesh) -> str:
     return axes[0] if axes and len(axes) == 1 else "?"
 
 
-def found(collectives: Collectives, mesh) -> list[tuple[str, str, int]]:
+def found(collectives: Collectives, mesh: JaxMesh) -> list[tuple[str, str, int]]:
     """(kind, axis, bytes per device) of every collective that moves data (groups of 2+)."""
     return sorted((c.kind, axis_of(c, mesh), c.bytes) for c in collectives if c.moves_data)
 
@@ -51,14 +53,16 @@ def predicted(p: Plan, training: bool = False) -> list[tuple[str, str, int]]:
     return sorted((c.kind, c.axes[0], c.bytes) for c in p.collectives(training))
 
 
-def as_gspmd(predicted_rows, mesh_sizes: dict[str, int]):
+def as_gspmd(predicted_rows: Sequence[tuple[str, str, int]], mesh_sizes: MeshShape):
     """The plan as XLA's CPU backend compiles GSPMD's reduce-scatters: an all-reduce of the
     unscattered array over the same axis, then each device keeps its slice (no bytes moved)."""
     return sorted((("all-reduce", a, b * mesh_sizes[a]) if k == "reduce-scatter" else (k, a, b))
                   for k, a, b in predicted_rows)
 
 
-def check(mesh, x, w1, w2, dy, final=reduce_scatter) -> Check:
+def check(mesh: JaxMesh, x: ArrayOf("B D"), w1: ArrayOf("D F"), w2: ArrayOf("F D"),
+          dy: ArrayOf("B D"),
+          final: Callback = reduce_scatter) -> Check:
     """Run the 2D MLP by hand and by GSPMD (outputs and gradients); compare with one device.
     ``final``: the hand-written last step (default: :func:`reduce_scatter`).
 

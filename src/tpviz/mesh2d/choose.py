@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from tpviz.core import cost, layout, validate
 from tpviz.core import hardware as hw
 from tpviz.core.collectives import Collective
+from tpviz.core.kinds import Devices, Dtype, SystemLike
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.plan import DATA, MODEL, Memory, Plan, check_sizes, plan
 
@@ -27,7 +28,8 @@ class Scheme:
     collectives: tuple[Collective, ...]  # of a training step
 
 
-def data_parallel(batch: int, hidden: int, ffn: int, devices: int, dtype="float32") -> Scheme:
+def data_parallel(batch: int, hidden: int, ffn: int, devices: Devices, dtype: Dtype = "float32"
+                  ) -> Scheme:
     """Weights replicated, the batch split: no forward communication, one all-reduce of the
     gradients (2 D F elements) per step."""
     check_sizes(batch, hidden, ffn, {DATA: devices, MODEL: 1})
@@ -40,7 +42,8 @@ def data_parallel(batch: int, hidden: int, ffn: int, devices: int, dtype="float3
     return Scheme("data parallel", (devices, 1), memory, 0.0, sent, (c,) * (devices > 1))
 
 
-def megatron_1d(batch: int, hidden: int, ffn: int, devices: int, dtype="float32") -> Scheme:
+def megatron_1d(batch: int, hidden: int, ffn: int, devices: Devices, dtype: Dtype = "float32"
+                ) -> Scheme:
     """Megatron-LM: In replicated, W₁ by columns, W₂ by rows; one all-reduce of Out forward and
     one of In's gradient backward (B D elements each)."""
     check_sizes(batch, hidden, ffn, {DATA: 1, MODEL: devices})
@@ -64,7 +67,7 @@ def mesh_2d(batch: int, hidden: int, ffn: int, mesh, dtype="float32") -> Scheme:
 MAX_DEVICES = 1 << 20  # meshes() tries every data-axis size up to it
 
 
-def meshes(batch: int, hidden: int, ffn: int, devices: int) -> list[tuple[int, int]]:
+def meshes(batch: int, hidden: int, ffn: int, devices: Devices) -> list[tuple[int, int]]:
     """Every ``(data, model)`` shape of ``devices`` devices that divides the sizes."""
     batch, hidden, ffn = (validate.integer(n, v) for n, v in (("batch", batch), ("hidden", hidden),
                                                               ("ffn", ffn)))
@@ -79,7 +82,7 @@ def meshes(batch: int, hidden: int, ffn: int, devices: int) -> list[tuple[int, i
     return out
 
 
-def compare(batch: int, hidden: int, ffn: int, devices: int = 8, dtype="float32"
+def compare(batch: int, hidden: int, ffn: int, devices: Devices = 8, dtype: Dtype = "float32"
             ) -> list[Scheme]:
     """Data parallelism, 1D Megatron and every 2D mesh shape that fits, on the same devices."""
     found = []
@@ -117,7 +120,7 @@ def axis_bandwidth(system: cost.System, mesh: dict[str, int], axis: str) -> floa
     return (n - 1) / n * c.bytes / price.bandwidth_s if n > 1 else system.bandwidth
 
 
-def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estimate:
+def step_time(p: Plan, system: SystemLike, training: bool = True) -> cost.Estimate:
     """Seconds per step: FLOPs at peak versus the collectives, each priced by
     :mod:`tpviz.core.hardware` on its axis. The two axes use different links (torus axes; NVLink
     and NICs), so their communication overlaps: the step waits for the slower axis, as the
@@ -130,8 +133,8 @@ def step_time(p: Plan, system: cost.System, training: bool = True) -> cost.Estim
     return cost.Estimate(p.flops(training) / system.flops, max(per_axis.values()))
 
 
-def best_mesh(batch: int, hidden: int, ffn: int, devices: int = 8,
-              system: cost.System | None = None, dtype="bf16") -> tuple[int, int]:
+def best_mesh(batch: int, hidden: int, ffn: int, devices: Devices = 8,
+              system: cost.System | None = None, dtype: Dtype = "bf16") -> tuple[int, int]:
     """The ``(data, model)`` shape with the least communication per training step: the fewest
     bytes sent per device, or with ``system``, the shortest communication time."""
     system = None if system is None else cost.system(system)
@@ -149,7 +152,7 @@ def best_mesh(batch: int, hidden: int, ffn: int, devices: int = 8,
     return next(s for s, c in zip(shapes, costs, strict=True) if c <= least * (1 + 1e-9))
 
 
-def smallest_batch_per_device(ffn: int, system: cost.System, axes_x: int = 1,
+def smallest_batch_per_device(ffn: int, system: SystemLike, axes_x: int = 1,
                               axes_y: int = 1) -> float:
     """The Scaling Book's current bound for mixed FSDP + model parallelism: the step stays
     compute-bound only while B / N > (R/W)² / (M_X · M_Y · F), with R the peak FLOP/s, W the

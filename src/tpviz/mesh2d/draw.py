@@ -15,6 +15,9 @@ from matplotlib.patches import Rectangle
 from tpviz.core import layout
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, Animation, frame, gif
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Axes, Index, Size
+from tpviz.core.validate import integer
+from tpviz.errors import ShardingError
 from tpviz.mesh2d.choose import Scheme
 from tpviz.mesh2d.plan import DATA, MODEL, PRE, Array, Plan
 
@@ -33,8 +36,9 @@ def _held(a: Array, mesh: dict[str, int]) -> dict[int, tuple[slice, ...]]:
     return {dev: b.slices for b in layout.blocks(a.shape, a.spec, mesh) for dev in b.devices}
 
 
-def step(p: Plan, k: int, ax=None) -> Figure:
+def step(p: Plan, k: Index, ax: Axes | None = None) -> Figure:
     """Step ``k`` of the plan on the mesh: what every device holds before and after it."""
+    k = integer("k", k, minimum=0, maximum=len(p.steps) - 1, error=ShardingError)
     s = p.steps[k]
     arrays = [*s.operands, s.result] if s.op != "start" else list(s.operands)
     signs = SIGNS[s.op]
@@ -91,14 +95,15 @@ def step(p: Plan, k: int, ax=None) -> Figure:
     return ax.figure
 
 
-def animate(p: Plan, ms_per_frame: int = 1400) -> Animation:
+def animate(p: Plan, ms_per_frame: Size(60_000, "a minute a frame") = 1400) -> Animation:
     """All steps of the plan in turn, as an animated GIF (it plays in the static book too)."""
     images = [frame(FigureCanvasAgg(step(p, k))) for k in range(len(p.steps))]
     return gif(images, f"The {len(p.steps)} steps of the 2D MLP on a data={p.mesh[DATA]} × "
                        f"model={p.mesh[MODEL]} mesh", ms_per_frame)
 
 
-def comparison(schemes: list[Scheme], title: str = "", axes=None, chosen: str = "") -> Figure:
+def comparison(schemes: list[Scheme], title: str = "", axes: tuple[Axes, Axes] | None = None,
+               chosen: str = "") -> Figure:
     """Memory per device and bytes sent per device per training step, scheme by scheme (the
     ``chosen`` one in bold); ``axes``: two axes to draw into."""
     if axes is None:

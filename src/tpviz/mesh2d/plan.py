@@ -30,6 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from tpviz.core import layout, validate
 from tpviz.core.collectives import Collective, Collectives, html_table, text_table
+from tpviz.core.kinds import Dtype, MeshShape, Of, Sizes
 from tpviz.core.notation import to_notation
 from tpviz.errors import ShardingError
 
@@ -215,7 +216,8 @@ def check_sizes(batch: int, hidden: int, ffn: int, mesh: dict[str, int]) -> None
                 f"multiple of {n}.")
 
 
-def plan(batch: int, hidden: int, ffn: int, mesh=(4, 2), dtype="float32") -> Plan:
+def plan(batch: int, hidden: int, ffn: int, mesh: Of(Sizes(), MeshShape) = (4, 2),
+         dtype: Dtype = "float32") -> Plan:
     """The step table of the 2D-sharded MLP on a ``(data, model)`` mesh: batch B, model width
     D = ``hidden``, FFN width F = ``ffn``.
 

@@ -12,6 +12,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tpviz.core.kinds import ArrayOf, Callback, JaxMesh
 from tpviz.errors import ShardingError
 from tpviz.mesh2d.plan import DATA, MODEL, SPECS, Plan, mesh_shape, plan
 
@@ -41,7 +42,7 @@ def mlp(x, w1, w2, final=reduce_scatter):
     return steps(x, w1, w2, final)[-1]
 
 
-def reference(x, w1, w2):
+def reference(x: ArrayOf("B D"), w1: ArrayOf("D F"), w2: ArrayOf("F D")):
     """The MLP on one device."""
     return jax.nn.relu(x @ w1) @ w2
 
@@ -69,14 +70,14 @@ def plan_for(mesh, x_shape, w1_shape, dtype="float32") -> Plan:
                 (shape[DATA], shape[MODEL]), dtype)
 
 
-def forward(mesh, final=reduce_scatter):
+def forward(mesh: JaxMesh, final: Callback = reduce_scatter):
     """``fn(x, w1, w2) -> y`` run by hand on ``mesh`` (arrays laid out as the plan says)."""
     check_axes(mesh)
     return jax.shard_map(lambda x, w1, w2: mlp(x, w1, w2, final), mesh=mesh, in_specs=IN_SPECS,
                          out_specs=OUT_SPEC)
 
 
-def gspmd_forward(mesh):
+def gspmd_forward(mesh: JaxMesh):
     """The single-device MLP given to the compiler with the same shardings; the hidden
     activations are pinned to ``In'W₁'[B_data, F_model]`` with ``with_sharding_constraint``."""
     check_axes(mesh)
@@ -99,7 +100,7 @@ def training(fn):
     return step
 
 
-def place(mesh, x, w1, w2):
+def place(mesh: JaxMesh, x: ArrayOf("B D"), w1: ArrayOf("D F"), w2: ArrayOf("F D")):
     """Put the full arrays on the mesh as the plan lays them out.
 
     Raises:

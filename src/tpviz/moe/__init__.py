@@ -6,6 +6,8 @@ GShard's einsums under GSPMD, and on one device), ``check``, ``draw``, ``explore
 ``exercises``.
 """
 
+from tpviz.core.publish import publish
+from tpviz.errors import ShardingError
 from tpviz.moe import draw
 from tpviz.moe.check import Check, check
 from tpviz.moe.explore import explore_moe, render_moe
@@ -40,3 +42,5 @@ __all__ = ["AXIS", "Check", "Plan", "Routing", "aux_loss", "capacity", "check", 
            "explore_moe", "forward", "gshard_layer", "gspmd_forward", "gspmd_train_step", "init",
            "keep", "layer", "place", "plan", "reference", "reference_step", "render_moe", "route",
            "skewed_logits", "softmax", "specs", "top_k", "train_step"]
+
+publish(globals(), error=ShardingError)

@@ -8,6 +8,7 @@ import numpy as np
 
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import COMPILED, HELD, Devices, Positive, Seed, Size
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import ShardingError
 from tpviz.moe.plan import AXIS, Plan, plan, route
@@ -57,8 +58,10 @@ def _all_to_alls(found: Collectives) -> list[tuple]:
     return [(c.kind, c.bytes, c.group_size) for c in found if c.kind == "all-to-all"]
 
 
-def check(tokens: int, experts: int, top_k: int, capacity_factor: float, devices: int = 8,
-          seed: int = 0, hidden: int = 16, ffn: int = 32, order: str = "before") -> Check:
+def check(tokens: Size(2**14, HELD), experts: Size(256, COMPILED), top_k: int,
+          capacity_factor: Positive, devices: Devices = 8, seed: Seed = 0,
+          hidden: Size(1024, HELD) = 16, ffn: Size(4096, HELD) = 32, order: str = "before"
+          ) -> Check:
     """Run a top-k MoE layer with capacity on ``devices`` devices, by ``shard_map`` with
     all-to-alls and as GShard's einsums under GSPMD; compare both with one device.
 

@@ -12,6 +12,8 @@ from matplotlib.patches import Rectangle
 
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, palette
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import Axes, Devices
+from tpviz.moe.plan import Routing
 
 DROPPED = OKABE_ITO[5]  # vermilion
 DROPPED_FILL = "#FBE0D5"  # a pale vermilion (hatching would cost the widget ~30 ms)
@@ -26,7 +28,7 @@ def _positions(count: int, groups: int, span: float) -> np.ndarray:
     return (index + gap * (index // per)) * step + step / 2
 
 
-def routing(r, devices: int, title: str = "") -> Figure:
+def routing(r: Routing, devices: Devices, title: str = "") -> Figure:
     """Tokens (left, one block per device: the device's group) routed to experts (right, E/N
     per device). Solid lines: kept choices (dispatch sends the token along the line, combine
     sends the result back); dashed vermilion lines ending in ×: choices dropped by capacity."""
@@ -83,7 +85,7 @@ def _bars(left: np.ndarray, bottom: np.ndarray, top: np.ndarray) -> np.ndarray:
     return np.stack([x, y], axis=2)
 
 
-def load(r, devices: int, title: str = "", ax=None) -> Figure:
+def load(r: Routing, devices: Devices, title: str = "", ax: Axes | None = None) -> Figure:
     """Choices routed to each expert (bars), the part its slots take (coloured by the device
     that holds the expert) and the part dropped (pale, outlined in vermilion), against the
     capacity: C slots per group, ``groups · C`` per expert in all (dashed line); dotted: the

@@ -13,10 +13,10 @@ from tpviz.core.live import Grid, LiveFigure, notes
 from tpviz.core.validate import choice, number
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.moe.draw import load
-from tpviz.moe.plan import aux_loss, plan, route, skewed_logits
+from tpviz.moe.plan import Factor, aux_loss, plan, route, skewed_logits
 
 
-def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
+def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: Factor = 1.25,
                skew: float = 0.0, devices: int = 8, system: str = "H100 (NVLink)",
                tokens: int = 4096, hidden: int = 4096, ffn: int = 14336,
                dtype: str = "bf16") -> tuple[str, Figure]:
@@ -59,7 +59,7 @@ def _a2a(p, system: str) -> str:
     return f"{price.seconds * 1e3:,.3f} ms, {price.bound}-bound"
 
 
-def explore_moe(experts: int = 32, top_k: int = 2, capacity_factor: float = 1.25,
+def explore_moe(experts: int = 32, top_k: int = 2, capacity_factor: Factor = 1.25,
                 skew: float = 0.0, devices: int = 8, system: str = "H100 (NVLink)") -> Live:
     """Experts, k, capacity factor, router skew and devices → load per expert against capacity,
     drops, all-to-all bytes per device and the forward time of the layer on a chosen system."""

@@ -21,16 +21,20 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from tpviz.core import cost, layout
 from tpviz.core import validate as check
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import HELD, ArrayOf, Devices, Dtype, Index, Seed, Size
+from tpviz.core.rules import Real
 from tpviz.errors import ArgumentError, ShardingError
 
 AXIS = "expert"
 ORDERS = ("before", "after")  # softmax before or after top-k
+Factor = Annotated[float, Real(0.0, 1000.0, positive=True)]  # a capacity factor > 0
 
 
 def validate(tokens: int, experts: int, top_k: int, capacity_factor: float,
@@ -75,7 +79,7 @@ def _groups(tokens: int, groups) -> int:
     return groups
 
 
-def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
+def capacity(tokens: int, experts: int, top_k: int, capacity_factor: Factor) -> int:
     """C = ⌈k · T_g · c_f / E⌉: the most tokens one expert takes from a group of ``tokens``
     (T_g).
 
@@ -89,8 +93,10 @@ def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> i
 
 # --- routing (NumPy) ---------------------------------------------------------------------------
 
-def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+def softmax(logits: ArrayOf("... E", finite=True), axis: int = -1) -> np.ndarray:
     z = np.asarray(logits, np.float64)
+    if not -z.ndim <= axis < z.ndim:
+        raise ArgumentError(f"axis = {axis} is not an axis of logits (shape {z.shape}).")
     z = np.exp(z - z.max(axis=axis, keepdims=True))
     return z / z.sum(axis=axis, keepdims=True)
 
@@ -101,10 +107,10 @@ class Routing:
     weight, ``keep[t, j]`` whether it fits under the capacity, ``probs[t]`` the router's softmax
     over all E experts."""
 
-    experts: np.ndarray  # int [T, k]
-    gates: np.ndarray  # float [T, k]
-    keep: np.ndarray  # bool [T, k]
-    probs: np.ndarray  # float [T, E]
+    experts: ArrayOf("T K", integer=True)  # int [T, k]
+    gates: ArrayOf("T K")  # float [T, k]
+    keep: ArrayOf("T K")  # bool [T, k]
+    probs: ArrayOf("T E")  # float [T, E]
     capacity: int  # per expert and group
     groups: int
 
@@ -122,8 +128,8 @@ class Routing:
         return np.bincount(self.experts[self.keep], minlength=self.probs.shape[1])
 
 
-def top_k(logits: np.ndarray, k: int, order: str = "before",
-          probs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def top_k(logits: ArrayOf("T E", finite=True), k: int, order: str = "before",
+          probs: ArrayOf("T E") | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each token's k largest logits (first = largest) and their gates.
 
     ``order="before"``: softmax over all E experts, then keep the k largest probabilities (Switch,
@@ -147,7 +153,8 @@ def top_k(logits: np.ndarray, k: int, order: str = "before",
     return experts, gates
 
 
-def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) -> np.ndarray:
+def keep(experts: ArrayOf(2, integer=True), num_experts: Size(2**16, HELD), capacity: Index,
+         groups: int = 1) -> np.ndarray:
     """Which choices fit: per group, expert e takes choices in GShard's order (every first
     choice by token position, then every second choice, ...) until it holds ``capacity``."""
     experts = np.asarray(experts)
@@ -156,6 +163,9 @@ def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) 
                             f"{experts.shape}.")
     t, k = experts.shape
     num_experts = check.integer("num_experts", num_experts)
+    if experts.size and not 0 <= experts.min() <= experts.max() < num_experts:
+        raise ArgumentError(f"experts holds {experts.min()} to {experts.max()}; each must be an "
+                            f"expert's index, 0 to num_experts - 1 = {num_experts - 1}.")
     capacity = check.integer("capacity", capacity, minimum=0)
     groups = _groups(t, groups)
     s = t // groups
@@ -169,11 +179,15 @@ def keep(experts: np.ndarray, num_experts: int, capacity: int, groups: int = 1) 
     return (position < capacity).reshape(groups, k, s).transpose(0, 2, 1).reshape(t, k)
 
 
-def route(logits: np.ndarray, top_k_: int, capacity_factor: float, groups: int = 1,
+def route(logits: ArrayOf("T E", finite=True), top_k_: int, capacity_factor: Factor,
+          groups: int = 1,
           order: str = "before") -> Routing:
     """Top-k choices, gates and the GShard drop rule for ``logits[T, E]`` split into groups."""
     logits = _logits(logits)
     t, e = logits.shape
+    if isinstance(top_k_, int) and top_k_ > e:
+        raise ArgumentError(f"top_k_ = {top_k_} is more than the {e} experts of logits: a token "
+                            f"cannot pick more experts than there are. Use top_k_ <= {e}.")
     validate(t, e, top_k_, capacity_factor, 1)
     groups = _groups(t, groups)
     c = capacity(t // groups, e, top_k_, capacity_factor)
@@ -182,7 +196,8 @@ def route(logits: np.ndarray, top_k_: int, capacity_factor: float, groups: int =
     return Routing(experts, gates, keep(experts, e, c, groups), probs, c, groups)
 
 
-def aux_loss(probs: np.ndarray, experts: np.ndarray, weight: float = 0.01) -> float:
+def aux_loss(probs: ArrayOf("T E", finite=True), experts: ArrayOf("T K", integer=True),
+             weight: float = 0.01) -> float:
     """Switch's load-balancing loss λ · E · Σ_i f_i · P_i (λ = ``weight``; α is latency here).
 
     ``f_i``: the fraction of the T·k token-choices routed to expert i (before dropping; for k = 1
@@ -199,7 +214,7 @@ def aux_loss(probs: np.ndarray, experts: np.ndarray, weight: float = 0.01) -> fl
     return float(weight * e * np.sum(f * probs.mean(0)))
 
 
-def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: int = 0) -> np.ndarray:
+def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: Seed = 0) -> np.ndarray:
     """A synthetic router's logits: noise plus ``skew`` times a preference that falls linearly
     from expert 0 to expert E-1 (skew 0: balanced on average)."""
     tokens, experts = check.integer("tokens", tokens), check.integer("experts", experts)
@@ -271,8 +286,8 @@ class Plan:
         return cost.estimate(self.flops_per_device, self.collectives(), system)
 
 
-def plan(tokens: int, experts: int, top_k: int, capacity_factor: float, devices: int,
-         hidden: int = 16, ffn: int = 32, dtype="float32") -> Plan:
+def plan(tokens: int, experts: int, top_k: int, capacity_factor: Factor, devices: Devices,
+         hidden: int = 16, ffn: int = 32, dtype: Dtype = "float32") -> Plan:
     """Per-device shapes and bytes of an expert-parallel MoE layer.
 
     Raises:

@@ -17,14 +17,20 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tpviz.core.kinds import ArrayOf, AxisOf, JaxMesh, Keys, Positive, Seed
+from tpviz.core.validate import bounded
 from tpviz.errors import ArgumentError, ShardingError
 from tpviz.moe.plan import AXIS, ORDERS, capacity, keep, top_k
 
 AUX_WEIGHT = 0.01  # λ, Switch's weight of the load-balancing loss
+WEIGHTS = ("router", "w_in", "w_out")  # the layer's weights (init)
+DIMS = {"router": "H E", "w_in": "E H F", "w_out": "E F H"}
 
 
-def init(hidden: int, ffn: int, experts: int, seed: int = 0) -> dict[str, np.ndarray]:
+def init(hidden: int, ffn: int, experts: int, seed: Seed = 0) -> dict[str, np.ndarray]:
     """Full (unsharded) float32 weights: ``router[H, E]``, ``w_in[E, H, F]``, ``w_out[E, F, H]``."""
+    bounded("experts × hidden × ffn (two such float32 weights)", experts * hidden * ffn, 2**25,
+            "Use fewer or smaller experts.")
     rng = np.random.default_rng(seed)
     return {"router": rng.standard_normal((hidden, experts)).astype(np.float32),
             "w_in": (rng.standard_normal((experts, hidden, ffn)) / np.sqrt(hidden)).astype(
@@ -79,7 +85,9 @@ def _ffn(x, w_in, w_out):
 
 # --- (a) expert parallelism by hand: shard_map and two all-to-alls ----------------------------
 
-def layer(x, params: dict, k: int, c: int, order: str = "before", axis: str = AXIS):
+def layer(x: ArrayOf("T H"), params: Keys(*WEIGHTS, dims=DIMS), k: int, c: int,
+          order: str = "before",
+          axis: str = AXIS):
     """One device's part of the expert-parallel layer (call inside ``shard_map``)."""
     n = jax.lax.axis_size(axis)
     h = x.shape[1]  # x: f32[T_g, H], this device's group of tokens
@@ -96,7 +104,7 @@ def layer(x, params: dict, k: int, c: int, order: str = "before", axis: str = AX
     return y, jax.lax.pmean(aux, axis)
 
 
-def forward(mesh, k: int, c: int, order: str = "before", axis: str = AXIS):
+def forward(mesh: JaxMesh, k: int, c: int, order: str = "before", axis: AxisOf() = AXIS):
     """``fn(x, params) -> (y, aux)`` expert-parallel: tokens ``x[T, H]`` split over ``axis``
     (data-parallel), experts split E/N per device, dispatch and combine by all-to-all."""
     _check_order(order)
@@ -112,7 +120,7 @@ def _loss(fn):
     return loss
 
 
-def train_step(mesh, k: int, c: int, order: str = "before", axis: str = AXIS):
+def train_step(mesh: JaxMesh, k: int, c: int, order: str = "before", axis: AxisOf() = AXIS):
     """``fn(x, target, params) -> (loss, (grad_x, grads))``: mean squared error plus the aux
     loss; the backward pass of each all-to-all is an all-to-all."""
     return jax.jit(jax.value_and_grad(_loss(forward(mesh, k, c, order, axis)), argnums=(0, 2)))
@@ -120,7 +128,9 @@ def train_step(mesh, k: int, c: int, order: str = "before", axis: str = AXIS):
 
 # --- (b) GShard's einsums, the expert dimension sharded; the compiler adds the communication ---
 
-def gshard_layer(x, params: dict, k: int, c: int, order: str = "before", mesh=None,
+def gshard_layer(x: ArrayOf("G T H"), params: Keys(*WEIGHTS, dims=DIMS), k: int, c: int,
+                 order: str = "before",
+                 mesh: JaxMesh | None = None,
                  axis: str = AXIS, reshard: bool = True):
     """The layer on ``x[G, T_g, H]`` (GShard's ``[G, S, M]``) as GShard writes it
     (``"GSEC,GSM->EGCM"``). With a mesh, the groups G and the experts E are sharded over
@@ -145,7 +155,7 @@ def gshard_layer(x, params: dict, k: int, c: int, order: str = "before", mesh=No
     return y, aux.mean()
 
 
-def gspmd_forward(mesh, k: int, c: int, order: str = "before", axis: str = AXIS,
+def gspmd_forward(mesh: JaxMesh, k: int, c: int, order: str = "before", axis: AxisOf() = AXIS,
                   reshard: bool = True):
     """``fn(x, params) -> (y, aux)`` with ``x[T, H]`` split over ``axis``, weights as
     :func:`specs`; the einsum form under ``jax.jit``."""
@@ -164,7 +174,8 @@ def gspmd_forward(mesh, k: int, c: int, order: str = "before", axis: str = AXIS,
                    out_shardings=(NamedSharding(mesh, P(axis)), NamedSharding(mesh, P())))
 
 
-def gspmd_train_step(mesh, k: int, c: int, order: str = "before", axis: str = AXIS):
+def gspmd_train_step(mesh: JaxMesh, k: int, c: int, order: str = "before",
+                     axis: AxisOf() = AXIS):
     """Loss and gradients of the GSPMD form."""
     return jax.jit(jax.value_and_grad(_loss(gspmd_forward(mesh, k, c, order, axis)),
                                       argnums=(0, 2)))
@@ -203,7 +214,9 @@ def _reference(x, params: dict, experts, kept, f, order: str, weight: float):
     return y, aux
 
 
-def reference(x, params: dict, k: int, capacity_factor: float, groups: int,
+def reference(x: ArrayOf("T H"), params: Keys(*WEIGHTS, dims=DIMS), k: int,
+              capacity_factor: Positive,
+              groups: int,
               order: str = "before", weight: float = AUX_WEIGHT):
     """The layer token by token on one device: each token's k choices and the drop rule come
     from the NumPy routing of :mod:`tpviz.moe.plan`; each kept choice adds ``g · FFN_e(x)``
@@ -214,7 +227,10 @@ def reference(x, params: dict, k: int, capacity_factor: float, groups: int,
     return _reference(x, params, *routing, order, weight)
 
 
-def reference_step(x, target, params: dict, k: int, capacity_factor: float, groups: int,
+def reference_step(x: ArrayOf("T H"), target: ArrayOf("T H"), params: Keys(*WEIGHTS, dims=DIMS),
+                   k: int,
+                   capacity_factor: Positive,
+                   groups: int,
                    order: str = "before", weight: float = AUX_WEIGHT):
     """Loss and gradients of the reference (w.r.t. x and the weights); the choices and drops
     are constants of the routing, as in the sharded programs."""
@@ -227,7 +243,7 @@ def reference_step(x, target, params: dict, k: int, capacity_factor: float, grou
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, params)
 
 
-def place(mesh, params: dict, axis: str = AXIS) -> dict:
+def place(mesh: JaxMesh, params: Keys(*WEIGHTS, closed=True), axis: AxisOf() = AXIS) -> dict:
     """The weights on the mesh: router on every device, experts split E/N per device."""
     return {name: jax.device_put(v, NamedSharding(mesh, specs(axis)[name]))
             for name, v in params.items()}

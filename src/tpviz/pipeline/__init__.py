@@ -12,6 +12,7 @@ memory), ``run`` (a Python loop issuing ops one by one: a numerics demonstration
 schedules the SPMD program does not run), ``draw``, ``explore`` and ``exercises``.
 """
 
+from tpviz.core.publish import publish
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import draw
 from tpviz.pipeline.bubbles import bubble_formula
@@ -23,3 +24,5 @@ from tpviz.pipeline.simulate import SteadyState, Timeline, simulate, steady_stat
 __all__ = ["NAMES", "Op", "Partition", "Schedule", "ScheduleError", "SpmdCheck", "SteadyState",
            "Timeline", "balance", "bubble_formula", "draw", "explore_pipeline", "schedule",
            "simulate", "spmd_check", "steady_state"]
+
+publish(globals(), error=ScheduleError)

@@ -4,11 +4,12 @@ simulation: instant at any size)."""
 from __future__ import annotations
 
 from tpviz.core import validate
+from tpviz.core.kinds import Positive
 from tpviz.errors import ScheduleError
 
 
 def bubble_formula(name: str, stages: int, microbatches: int, chunks: int = 1,
-                   forward: float = 1.0, backward: float = 2.0) -> tuple[float, str]:
+                   forward: Positive = 1.0, backward: Positive = 2.0) -> tuple[float, str]:
     """The papers' bubble fraction (idle / total device-time) and the formula, as text.
 
     naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1) (GPipe; PipeDream-Flush); interleaved

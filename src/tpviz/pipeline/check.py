@@ -20,6 +20,7 @@ import numpy as np
 
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import COMPILED, HELD, Of, Seed, Size
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import DeviceSetupError
 from tpviz.pipeline import run, spmd
@@ -101,8 +102,10 @@ def _copies(hlo: str, shape: tuple[int, ...]) -> int:
     return len(re.findall(rf"= f32\[{dims}\]\{{[\d,]*\}} copy\(", hlo))
 
 
-def spmd_check(name: str, stages: int = 4, microbatches: int = 8, *, width: int = 16,
-               rows: int = 32, slots: int | None = None, seed: int = 0) -> SpmdCheck:
+def spmd_check(name: Of(str, Schedule), stages: Size(64, COMPILED) = 4,
+               microbatches: Size(256, COMPILED) = 8, *, width: Size(1024, HELD) = 16,
+               rows: Size(1024, HELD) = 32, slots: Size(256, HELD) | None = None,
+               seed: Seed = 0) -> SpmdCheck:
     """Run one training step (loss and gradients) of a ``stages``-layer MLP of ``width`` as one
     SPMD program under schedule ``name`` (or a :class:`Schedule`, whose sizes then count;
     microbatches of ``rows`` rows), and check it.

@@ -14,13 +14,14 @@ from matplotlib.figure import Figure
 
 from tpviz.core.figures import SMALL_PT, TITLE_PT, Animation, frame, gif, palette, text_colour
 from tpviz.core.figures import figure as column_figure
+from tpviz.core.kinds import DRAWN, Axes, Index, Size
 from tpviz.pipeline.simulate import Timeline, releasing_kind
 
 IDLE = "#e6e6e6"
 LABEL_UP_TO, RASTER_ABOVE = 400, 1500
 
 
-def gantt(t: Timeline, ax=None, title: str | None = None,
+def gantt(t: Timeline, ax: Axes | None = None, title: str | None = None,
           labels: bool | None = None) -> Figure:
     """Devices (rows, device 0 on top) × time; one box per op. Colour = microbatch; F full
     colour, B lighter, W darker; boxes wide enough are labelled (``F3`` = forward of
@@ -49,7 +50,7 @@ def gantt(t: Timeline, ax=None, title: str | None = None,
     return ax.figure
 
 
-def time_axes(ax, t: Timeline) -> None:
+def time_axes(ax: Axes, t: Timeline) -> None:
     """The axes every Gantt chart shares: devices down, time across, idle time grey."""
     stages = t.schedule.stages
     ax.set_facecolor(IDLE)
@@ -104,7 +105,7 @@ def _raster(ax, t: Timeline, shades: dict, width: int = 1600) -> None:
               interpolation="nearest")
 
 
-def held_over_time(t: Timeline, device: int) -> tuple[np.ndarray, np.ndarray]:
+def held_over_time(t: Timeline, device: Index) -> tuple[np.ndarray, np.ndarray]:
     """(times, microbatches held) as a step function: +1 when an F starts, -1 when the op that
     releases the activations (B, or W when split) ends."""
     release = releasing_kind(t.schedule.has_weight_ops)
@@ -116,7 +117,7 @@ def held_over_time(t: Timeline, device: int) -> tuple[np.ndarray, np.ndarray]:
     return times, held
 
 
-def memory(t: Timeline, ax=None) -> Figure:
+def memory(t: Timeline, ax: Axes | None = None) -> Figure:
     """Microbatch activations each device holds over time (in units of one microbatch through one
     chunk)."""
     if ax is None:
@@ -139,7 +140,8 @@ def memory(t: Timeline, ax=None) -> Figure:
     return ax.figure
 
 
-def animate(t: Timeline, frames: int = 24, ms_per_frame: int = 250) -> Animation:
+def animate(t: Timeline, frames: Size(240, DRAWN) = 24,
+            ms_per_frame: Size(60_000, "a minute a frame") = 250) -> Animation:
     """The Gantt chart revealed over time: a cursor sweeps left to right, hiding the future."""
     fig = gantt(t)
     canvas = FigureCanvasAgg(fig)

@@ -10,21 +10,27 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
 from tpviz.core.figures import palette, text_colour
+from tpviz.core.kinds import Rate
 from tpviz.core.live import FONT, OUTLINE, PLOT_PX, Grid, LiveFigure, notes
+from tpviz.core.validate import bounded
 from tpviz.core.widgets import Controls, Live, live
+from tpviz.errors import ScheduleError
 from tpviz.pipeline.bubbles import bubble_formula
 from tpviz.pipeline.draw import gantt
 from tpviz.pipeline.plan import NAMES, schedule
 from tpviz.pipeline.simulate import simulate
 
+DRAWN_OPS = 16_384  # forward ops a redraw draws (with their backwards): a few hundred ms
 #: characters of the footer's lines: 9-pt text across the image (6.8 in) without being cut
 FOOTER_CHARS = 88
 
 
 def render_pipeline(name: str, stages: int, microbatches: int, chunks: int,
-                    backward_ratio: float) -> Figure:
+                    backward_ratio: Rate) -> Figure:
     """The figure ``explore_pipeline`` shows: the Gantt chart, and simulated vs formula."""
     v = chunks if name == "interleaved" else 1
+    bounded("stages × microbatches × chunks (bars of the Gantt chart)", stages * microbatches * v,
+            DRAWN_OPS, "Draw a smaller pipeline: more bars take seconds to draw.", ScheduleError)
     t = simulate(schedule(name, stages, microbatches, v), 1.0, backward_ratio)
     fig = gantt(t, labels=sum(map(len, t.schedule.ops)) <= 64)  # text is slow
     expected, formula = bubble_formula(name, stages, microbatches, v, 1.0,

@@ -18,6 +18,8 @@ from functools import cached_property
 from operator import itemgetter
 from typing import NamedTuple
 
+from tpviz.core.kinds import Index
+
 
 class Op(NamedTuple):  # a tuple: cheap to build by the hundred thousand, and hashable
     kind: str  # "F", "B" or "W"
@@ -47,11 +49,17 @@ class Schedule:
         """Whether the backward pass is split into B (input gradient) and W (weight gradient)."""
         return any("W" in set(map(itemgetter(0), ops)) for ops in self.ops)
 
-    def device(self, microbatch: int, chunk: int) -> int:
+    def device(self, microbatch: Index, chunk: Index) -> int:
         """The device that runs ``chunk`` for ``microbatch``: ``c % p`` ("loop"); ``c`` or
         ``2p-1-c`` ("v", ZB-V and DualPipeV); ``c`` for the first half of the microbatches and
         ``p-1-c`` for the second ("bidirectional", Chimera and DualPipe)."""
         p = self.stages
+        if chunk >= p * self.chunks or microbatch >= self.microbatches:
+            from tpviz.errors import ScheduleError
+
+            raise ScheduleError(f"chunk = {chunk}, microbatch = {microbatch}: this schedule has "
+                                f"chunks 0 to {p * self.chunks - 1} and microbatches 0 to "
+                                f"{self.microbatches - 1}.")
         if self.placement == "v":
             return chunk if chunk < p else 2 * p - 1 - chunk
         if self.placement == "bidirectional":

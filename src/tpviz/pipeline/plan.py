@@ -24,7 +24,7 @@ __all__ = ["MAX_OPS", "NAMES", "ZOO", "Op", "Partition", "Schedule", "balance", 
 NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")  # chapter 7
 ZOO = ("chimera", "zb-h2", "zb-v", "dualpipe", "dualpipev",  # chapter 8: synchronous
        "pipedream", "2bw", "pipemare", "ampnet")  # asynchronous
-MAX_OPS = 4_000_000  # a 64-stage, 1,024-microbatch, 4-chunk interleaved schedule has 524,288
+MAX_OPS = 2**20  # a 64-stage, 1,024-microbatch, 4-chunk interleaved schedule has 524,288
 
 
 def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Schedule:

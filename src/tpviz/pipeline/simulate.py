@@ -16,9 +16,11 @@ from itertools import accumulate, chain, repeat
 from operator import itemgetter
 
 from tpviz.core import validate
+from tpviz.core.kinds import Index, Items, Positive, Time
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import versions as _versions
 from tpviz.pipeline.ops import Op, Schedule, no_gc
+from tpviz.pipeline.plan import MAX_OPS
 from tpviz.pipeline.plan import schedule as _schedule
 
 
@@ -43,20 +45,22 @@ class Timeline:
         :func:`steady_state` (the same op times, 8 steps)."""
         return steady_state(self.schedule, durations=self.durations).bubble_fraction
 
-    def work(self, device: int) -> float:
+    def work(self, device: Index) -> float:
         """Compute time of one device (the sum of its ops)."""
         return sum(e - s for _, s, e in self.spans(device))
 
-    def spans(self, device: int) -> list[tuple[Op, float, float]]:
+    def spans(self, device: Index) -> list[tuple[Op, float, float]]:
         """(op, start, end) of every op of one device, in order."""
+        validate.integer("device", device, minimum=0, maximum=self.schedule.stages - 1,
+                         fix=f"This schedule's devices are 0 to {self.schedule.stages - 1}.")
         ops, k = self.schedule.ops[device], self.stage_costs[device] if self.stage_costs else 1
         return [(op, s, s + k * self.durations[op.kind])
                 for op, s in zip(ops, self.starts[device], strict=True)]
 
 
-def simulate(sched: Schedule, t_f: float | None = None, t_b: float | None = None,
-             t_w: float | None = None, *, p2p: float = 0.0, forward: float | None = None,
-             backward: float | None = None, stage_costs=None) -> Timeline:
+def simulate(sched: Schedule, t_f: Positive | None = None, t_b: Positive | None = None,
+             t_w: Positive | None = None, *, p2p: Time = 0.0, forward: Positive | None = None,
+             backward: Positive | None = None, stage_costs: Items | None = None) -> Timeline:
     """Run the schedule on ideal devices.
 
     Args:
@@ -121,8 +125,8 @@ class SteadyState:
     timeline: Timeline  # all steps: microbatch j m + i is microbatch i of step j
 
 
-def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
-                 t_w: float | None = None, *, steps: int = 8, p2p: float = 0.0,
+def steady_state(sched: Schedule, t_f: Positive = 1.0, t_b: Positive = 2.0,
+                 t_w: Positive | None = None, *, steps: int = 8, p2p: Time = 0.0,
                  durations: dict[str, float] | None = None) -> SteadyState:
     """The bubble per step when consecutive steps overlap: no global synchronization between
     them (Qi et al.'s optimizer *post-validation*), so a device starts its ops of step j + 1
@@ -144,9 +148,13 @@ def steady_state(sched: Schedule, t_f: float = 1.0, t_b: float = 2.0,
                       "Make one with tpviz.pipeline.schedule('zb-h2', stages, microbatches).")
     steps = validate.integer("steps", steps, minimum=4, error=ScheduleError)
     p2p = validate.number("p2p", p2p, minimum=0.0)
+    validate.bounded("steps × ops of one step", steps * sum(map(len, sched.ops)), MAX_OPS,
+                     "Simulate fewer steps (the period settles after a few).", ScheduleError)
     if durations is None:
         durations = _costs(sched, validate.number("t_f", t_f, positive=True),
                            validate.number("t_b", t_b, positive=True), t_w)
+    else:
+        durations = validate.keyed("durations", durations, ("F", "B", "W", "BW"))
     m = sched.microbatches
     if sched.name in _versions.STASH:  # a stream, no flush at all
         ops = _schedule(sched.name, sched.stages, steps * m).ops

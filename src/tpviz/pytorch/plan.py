@@ -87,8 +87,11 @@ def ops_of(order: dict[int, list[str | None]]) -> tuple[tuple[Op, ...], ...]:
                             f"{sorted(order, key=repr)}.")
     for r, actions in order.items():
         validate.instance(f"order[{r}]", actions, list | tuple, "a list of actions")
-    return tuple(tuple(op for a in order[r] if a is not None for op in parse(str(a)))
-                 for r in sorted(order))
+    try:
+        return tuple(tuple(op for a in order[r] if a is not None for op in parse(str(a)))
+                     for r in sorted(order))
+    except ArgumentError as e:
+        raise ArgumentError(f"order: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ time and MFU of a (t, p, d, b, ZeRO, recompute) configuration), ``search`` (``be
 ``explore``, ``exercises``.
 """
 
+from tpviz.core.publish import publish
 from tpviz.together import draw
 from tpviz.together.explore import explore_together, render_together
 from tpviz.together.memory import RECOMPUTE, TERMS, activation_bytes
@@ -28,3 +29,5 @@ __all__ = [
            "plan",
            "render_together",
 ]
+
+publish(globals())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from tpviz.core.collectives import html_table
+from tpviz.core.kinds import OneOf
 from tpviz.core.live import Grid, LiveFigure, bar_rows, words_and_bars
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.errors import ArgumentError
@@ -17,7 +18,7 @@ from tpviz.together.search import cached_best
 
 def render_together(model: str = "GPT-3 175B", cluster: str = "A100 80GB (Selene)",
                     tensor: int = 8, pipeline: int = 8, data: int = 16, microbatch: int = 1,
-                    zero_stage: int = 1, recompute: str = "full",
+                    zero_stage: OneOf((0, 1, 2, 3)) = 1, recompute: str = "full",
                     sequence_parallel: bool = False) -> tuple[str, Figure]:
     """A table and bars of the reader's configuration and the planner's best on as many GPUs
     (the search is cached per model, cluster and GPU count)."""

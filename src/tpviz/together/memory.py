@@ -31,6 +31,7 @@ layer's input, 2sbh (2sbh/t when sequence parallelism shards it; the paper's Tab
 from __future__ import annotations
 
 from tpviz.core import validate
+from tpviz.core.kinds import Devices
 from tpviz.errors import ArgumentError
 
 RECOMPUTE = ("none", "selective", "full")
@@ -50,7 +51,7 @@ NOT_SPLIT = ("qkv input", "attention dropout mask", "first linear input", "MLP d
              "two layer-norm inputs")
 
 
-def activation_bytes(seq: int, batch: int, hidden: int, heads: int, tensor: int = 1,
+def activation_bytes(seq: int, batch: int, hidden: int, heads: int, tensor: Devices = 1,
                      sequence_parallel: bool = False, recompute: str = "none") -> float:
     """Bytes of activations one transformer layer keeps per device for its backward pass.
 

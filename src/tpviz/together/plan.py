@@ -45,6 +45,7 @@ from tpviz.core.collectives import Collective, Collectives
 from tpviz.core.cost import SYSTEMS, System
 from tpviz.core.hardware.models import MODELS as HW_MODELS
 from tpviz.core.hardware.models import Model
+from tpviz.core.kinds import Devices, OneOf, Positive
 from tpviz.errors import ArgumentError
 from tpviz.pipeline import bubble_formula
 from tpviz.together.memory import RECOMPUTE, activation_bytes
@@ -157,9 +158,10 @@ def seconds(cluster: Cluster, collectives: Collectives, stride: int) -> float:
                for c, k in counts.items())
 
 
-def plan(model: Model | str, cluster: Cluster | str, t: int, p: int, d: int, microbatch: int = 1,
-         zero_stage: int = 1, recompute: str = "full", sequence_parallel: bool = False,
-         efficiency: float = 0.7, context: int = 1) -> Plan:
+def plan(model: Model | str, cluster: Cluster | str, t: Devices, p: Devices, d: Devices,
+         microbatch: int = 1, zero_stage: OneOf((0, 1, 2, 3)) = 1, recompute: str = "full",
+         sequence_parallel: bool = False, efficiency: Positive = 0.7, context: Devices = 1
+         ) -> Plan:
     """Memory, time and MFU of ``model`` on t·p·d GPUs of ``cluster`` (see the module text).
 
     Raises:

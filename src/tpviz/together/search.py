@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from tpviz.core import validate
+from tpviz.core.kinds import Devices, Indices, KeywordsOf, Positive
 from tpviz.errors import ArgumentError
 from tpviz.together.memory import RECOMPUTE
 from tpviz.together.plan import CLUSTERS, MODELS, Cluster, Model, Plan, plan
@@ -24,10 +25,11 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def candidates(model: Model | str, cluster: Cluster | str, gpus: int, *,
-               microbatches: tuple[int, ...] = (1, 2, 4, 8), zero_stages=(0, 1, 2, 3),
-               recompute: tuple[str, ...] = RECOMPUTE, sequence_parallel=(False, True),
-               max_tensor: int = 64, efficiency: float = 0.7,
+def candidates(model: Model | str, cluster: Cluster | str, gpus: Devices, *,
+               microbatches: tuple[int, ...] = (1, 2, 4, 8), zero_stages: Indices = (0, 1, 2, 3),
+               recompute: tuple[str, ...] = RECOMPUTE,
+               sequence_parallel: tuple[bool, ...] = (False, True),
+               max_tensor: Devices = 64, efficiency: Positive = 0.7,
                context: tuple[int, ...] = (1,)) -> list[Plan]:
     """Every configuration that fits (after pruning), each as a :class:`Plan`."""
     model = MODELS[validate.choice("model", model, MODELS)] if isinstance(model, str) else model
@@ -59,7 +61,8 @@ def candidates(model: Model | str, cluster: Cluster | str, gpus: int, *,
     return found
 
 
-def best(model: Model | str, cluster: Cluster | str, gpus: int, **space) -> Plan:
+def best(model: Model | str, cluster: Cluster | str, gpus: Devices,
+         **space: KeywordsOf(candidates)) -> Plan:
     """The fastest configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits in
     memory (keyword arguments narrow the space, see :func:`candidates`).
 

@@ -7,6 +7,7 @@ Rooms: ``plan`` (``memory(params, devices, stage, ...)``, ``collectives`` and
 the plan; ``train``: parameters against one device), ``draw``, ``explore`` and ``exercises``.
 """
 
+from tpviz.core.publish import publish
 from tpviz.errors import ZeroError
 from tpviz.zero import check, draw
 from tpviz.zero.check import Measurement, measure
@@ -28,3 +29,5 @@ from tpviz.zero.plan import (
 __all__ = ["CATEGORIES", "MODELS", "PARTITIONED", "PRECISIONS", "STAGES", "Measurement", "Memory",
            "ZeroError", "check", "collectives", "communication", "draw", "explore_zero",
            "fsdp_collectives", "measure", "memory", "smallest_devices"]
+
+publish(globals(), error=ZeroError)

@@ -29,11 +29,15 @@ import numpy as np
 
 from tpviz.core import compiled, verify
 from tpviz.core.collectives import Collectives
+from tpviz.core.kinds import Devices, OneOf, Size
 from tpviz.devices import chosen_devices, make_mesh
 from tpviz.errors import DeviceSetupError, ZeroError
 from tpviz.zero import run
+from tpviz.zero.plan import STAGES, memory
 from tpviz.zero.plan import collectives as plan_collectives
-from tpviz.zero.plan import memory
+
+LAYERS = "each layer is compiled into the step"
+WIDTH = "the step holds width × width weights per layer"
 
 TOLERANCE = 0.10  # measured live bytes within 10 % of the plan (activations and batch excluded)
 BUFFERS = {0: (), 1: ("one gathered layer",),
@@ -96,7 +100,8 @@ def _batch(model: run.Model, rows_per_device: int = 8, seed: int = 1):
             rng.standard_normal(shape, dtype=np.float32))
 
 
-def measure(stage: int, layers: int = 4, width: int = 256, devices: int = 8) -> Measurement:
+def measure(stage: OneOf(STAGES), layers: Size(16, LAYERS) = 4, width: Size(1024, WIDTH) = 256,
+            devices: Devices = 8) -> Measurement:
     """Compile one step of ZeRO ``stage`` for an MLP of ``layers`` layers of ``width`` on
     ``devices`` devices; read its memory and collectives; check the collectives.
 
@@ -125,8 +130,8 @@ def measure(stage: int, layers: int = 4, width: int = 256, devices: int = 8) -> 
     return result
 
 
-def train(stage: int, layers: int = 4, width: int = 64, devices: int = 8, steps: int = 3
-          ) -> float:
+def train(stage: OneOf(STAGES), layers: Size(16, LAYERS) = 4, width: Size(1024, WIDTH) = 64,
+          devices: Devices = 8, steps: Size(1000, "each step runs on the mesh") = 3) -> float:
     """Train ``steps`` Adam steps at ``stage`` and return the parameters' largest relative
     error against the same training on one device.
 

@@ -7,13 +7,14 @@ from matplotlib.patches import Rectangle
 
 from tpviz.core.figures import OKABE_ITO, SMALL_PT, TITLE_PT, palette
 from tpviz.core.figures import figure as column_figure
-from tpviz.zero.plan import CATEGORIES, PARTITIONED, communication, memory
+from tpviz.core.kinds import Amount, Axes, Devices, OneOf, Rate, Size
+from tpviz.zero.plan import CATEGORIES, PARTITIONED, STAGES, communication, memory
 
 LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
 COLOURS = {"params": OKABE_ITO[4], "grads": OKABE_ITO[0], "optimizer": OKABE_ITO[2]}
 
 
-def partitions(devices: int = 4) -> Figure:
+def partitions(devices: Size(64, "the figure draws a row per device") = 4) -> Figure:
     """Stages 0-3 side by side: for each device (row) and category, which part of the vector it
     holds (coloured by device; grey = not held)."""
     colours = palette(devices)
@@ -52,9 +53,10 @@ def _rect(x, y, w, colour):
     return Rectangle((x, y + 0.12), w, 0.76, facecolor=colour, edgecolor="none")
 
 
-def memory_bars(params: float, devices: int, *, capacity: float | None = 80e9, stage=None,
+def memory_bars(params: Amount, devices: Devices, *, capacity: Rate | None = 80e9,
+                stage: OneOf(STAGES) | None = None,
                 param_bytes: float = 2, grad_bytes: float = 2, optimizer_bytes: float = 12,
-                ax=None) -> Figure:
+                ax: Axes | None = None) -> Figure:
     """Per-device memory of stages 0-3, stacked by category, with the accelerator's memory as a
     line and each stage's communication per step written above its bar."""
     if ax is None:

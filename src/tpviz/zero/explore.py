@@ -6,14 +6,15 @@ import textwrap
 
 from matplotlib.figure import Figure
 
+from tpviz.core.kinds import Devices, Index, OneOf, Positive
 from tpviz.core.live import Grid, LiveFigure, notes
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.zero.draw import memory_bars
-from tpviz.zero.plan import MODELS, PRECISIONS, memory, smallest_devices
+from tpviz.zero.plan import MODELS, PRECISIONS, STAGES, memory, smallest_devices
 
 
-def render_zero(model: str, billions: float, devices: int, stage: int, precision: str,
-                accelerator_gb: float) -> Figure:
+def render_zero(model: str, billions: Positive, devices: Devices, stage: OneOf(STAGES),
+                precision: OneOf(PRECISIONS), accelerator_gb: Positive) -> Figure:
     """The figure ``explore_zero`` shows: memory bars of all stages, the chosen one outlined."""
     params = MODELS[model] if model in MODELS else billions * 1e9
     p, g, o = PRECISIONS[precision]
@@ -33,7 +34,7 @@ def render_zero(model: str, billions: float, devices: int, stage: int, precision
 
 
 def explore_zero(model: str = "7.5B (ZeRO paper)", billions: float = 7.5, devices: int = 64,
-                 stage: int = 2, precision: str = next(iter(PRECISIONS)),
+                 stage: Index = 2, precision: str = next(iter(PRECISIONS)),
                  accelerator_gb: float = 80) -> Live:
     """Model size, devices, stage and precision → memory per device by category against an
     accelerator's memory, the communication per step, and whether it fits."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from tpviz.core import validate
 from tpviz.core.collectives import Collective, Collectives
+from tpviz.core.kinds import Amount, Devices, KeywordsOf, OneOf, Positive, Rate
 from tpviz.errors import ZeroError
 
 STAGES = (0, 1, 2, 3)
@@ -50,7 +51,7 @@ def _validate(params, devices, stage, **sizes) -> tuple:
     return (numbers[0], devices, stage, *numbers[1:])
 
 
-def memory(params: float, devices: int, stage: int, *, param_bytes: float = 2,
+def memory(params: Positive, devices: Devices, stage: OneOf(STAGES), *, param_bytes: float = 2,
            grad_bytes: float = 2, optimizer_bytes: float = 12) -> Memory:
     """Per-device bytes of parameters, gradients and optimizer state at a ZeRO stage.
 
@@ -68,7 +69,7 @@ def memory(params: float, devices: int, stage: int, *, param_bytes: float = 2,
                      for c in CATEGORIES})
 
 
-def collectives(params: float, devices: int, stage: int, *, param_bytes: float = 2
+def collectives(params: Positive, devices: Devices, stage: OneOf(STAGES), *, param_bytes: float = 2
                 ) -> Collectives:
     """The collectives of one training step (gradients as wide as the parameters).
 
@@ -87,7 +88,7 @@ def collectives(params: float, devices: int, stage: int, *, param_bytes: float =
                         1: [scatter, gather], 2: [scatter, gather]}[stage])
 
 
-def fsdp_collectives(nbytes: float, devices: int, reshard_after_forward: bool = True
+def fsdp_collectives(nbytes: Amount, devices: Devices, reshard_after_forward: bool = True
                      ) -> Collectives:
     """FSDP's (ZeRO stage 3's) collectives of one training step for ``nbytes`` of parameters
     sharded over ``devices``: the one FSDP schedule, named as PyTorch FSDP2 names it.
@@ -104,13 +105,15 @@ def fsdp_collectives(nbytes: float, devices: int, reshard_after_forward: bool = 
     return Collectives([gather, gather, scatter] if reshard_after_forward else [gather, scatter])
 
 
-def communication(params: float, devices: int, stage: int, *, param_bytes: float = 2) -> float:
+def communication(params: Positive, devices: Devices, stage: OneOf(STAGES), *,
+                  param_bytes: float = 2) -> Amount:
     """Bytes each device sends per training step with ring collectives: 2 (N-1)/N Ψ bytes at
     stages 0-2 (an all-reduce is a reduce-scatter and an all-gather), 3 (N-1)/N Ψ at stage 3."""
     return collectives(params, devices, stage, param_bytes=param_bytes).sent_bytes()
 
 
-def smallest_devices(params: float, stage: int, capacity: float, **sizes) -> int | None:
+def smallest_devices(params: Positive, stage: OneOf(STAGES), capacity: Rate,
+                     **sizes: KeywordsOf(memory)) -> int | None:
     """The fewest devices on which the model's training state fits in ``capacity`` bytes each
     (None if no device count is enough: stages 0-2 keep some state whole on every device)."""
     whole = memory(params, 1, stage, **sizes)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from tpviz.core.hardware.chips import CHIPS, Chip
 from tpviz.core.hardware.price import Price, kind_of
+from tpviz.core.kinds import Amount, Devices, Time
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,10 @@ class GpuCluster:
         algorithm = validate.choice("algorithm", algorithm, ("hierarchical", "ring"))
         v = validate.number("nbytes", nbytes, minimum=0)
         n = validate.integer("gpus", self.gpus if gpus is None else gpus)
+        if n > self.gpus:
+            raise ArgumentError(f"gpus = {n} is more than this cluster's {self.gpus} GPUs; "
+                                f"price a group of at most {self.gpus}, or build a larger "
+                                f"cluster with gpu_cluster({s.name!r}, {n}).")
         node = s.gpus_per_node or n
         k = min(n, node) if per_node is None else validate.integer("per_node", per_node)
         if k > node or n % k:
@@ -174,13 +179,13 @@ class GpuCluster:
         link = max(terms, key=terms.get)
         return Price(kind, v, s.base_latency + steps, terms[link], link)
 
-    def collective_time(self, kind: str, nbytes: float, gpus: int | None = None) -> float:
+    def collective_time(self, kind: str, nbytes: Amount, gpus: int | None = None) -> Time:
         """Seconds (latency included) of ``kind`` on V = ``nbytes`` over the first ``gpus``
         GPUs (default: all), packed into nodes."""
         return self.price(kind, nbytes, gpus).seconds
 
 
-def gpu_cluster(name: str, gpus: int) -> GpuCluster:
+def gpu_cluster(name: str, gpus: Devices) -> GpuCluster:
     """``gpus`` GPUs of the node design ``name`` ("H100", "H100 + SHARP", "A100", "B200").
 
     Raises:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpviz.core.kinds import Count, Index
+
 
 @dataclass(frozen=True)
 class Model:
@@ -30,22 +32,22 @@ class Model:
     """
 
     name: str
-    layers: int
-    hidden: int
-    heads: int
-    seq: int = 2048
-    vocab: int = 51200
-    batch: int = 1536
-    ffn: int = 0
-    kv_heads: int = 0
-    head_dim: int = 0
+    layers: Count
+    hidden: Count
+    heads: Count
+    seq: Count = 2048
+    vocab: Count = 51200
+    batch: Count = 1536
+    ffn: Index = 0
+    kv_heads: Index = 0
+    head_dim: Index = 0
     gated: bool = False
     tied: bool = True
     bias: bool = True
     norm: str = "layer"
     learned_positions: bool = True
-    experts: int = 1
-    top_k: int = 1
+    experts: Count = 1
+    top_k: Count = 1
     source: str = ""
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpviz.core import validate
+from tpviz.core.kinds import Amount, Devices, Rate
 
 
 def _rate(name: str, value) -> float:
@@ -50,7 +51,7 @@ class Roofline:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
-def roofline(name: str, flops: float, nbytes: float, dtype: str = "bf16") -> Roofline:
+def roofline(name: str, flops: Amount, nbytes: Amount, dtype: str = "bf16") -> Roofline:
     """The roofline of ``flops`` FLOPs that read and write ``nbytes`` bytes of HBM on chip
     ``name`` (a key of ``CHIPS`` or ``SYSTEMS``) at its peak for ``dtype``."""
     from tpviz.core.hardware.systems import chip_of
@@ -70,7 +71,7 @@ def matmul_intensity(b: int, d: int, f: int, itemsize: int = 2) -> float:
     return 2 * b * d * f / (itemsize * (b * d + d * f + b * f))
 
 
-def data_parallel_batch(flops: float, bandwidth: float, axes: int = 1) -> float:
+def data_parallel_batch(flops: Rate, bandwidth: Rate, axes: int = 1) -> float:
     """Per-device batch (tokens) above which pure data parallelism (and FSDP) is compute-bound:
     ``B/X > C / (W_ici · M_X)``.
 
@@ -86,7 +87,7 @@ def data_parallel_batch(flops: float, bandwidth: float, axes: int = 1) -> float:
 fsdp_batch = data_parallel_batch  # FSDP moves weights like data parallelism moves gradients
 
 
-def tensor_parallel_limit(flops: float, bandwidth: float, ffn: int, axes: int = 1) -> float:
+def tensor_parallel_limit(flops: Rate, bandwidth: Rate, ffn: int, axes: int = 1) -> float:
     """Largest tensor-parallel degree Y that stays compute-bound: ``Y < M_Y · F / α``.
 
     Forward: T_math = 4·B·D·F/(Y·C); the activations' all-gather and reduce-scatter,
@@ -96,7 +97,7 @@ def tensor_parallel_limit(flops: float, bandwidth: float, ffn: int, axes: int = 
             / _rate("flops", flops))
 
 
-def mixed_batch(flops: float, bandwidth: float, ffn: int, axes_x: int = 1,
+def mixed_batch(flops: Rate, bandwidth: Rate, ffn: int, axes_x: int = 1,
                 axes_y: int = 1) -> float:
     """Per-device batch above which mixed FSDP (X) + tensor parallelism (Y), N = X·Y, can stay
     compute-bound: ``B/N > α² / (M_X · M_Y · F)`` (the Scaling Book's current derivation).
@@ -110,7 +111,8 @@ def mixed_batch(flops: float, bandwidth: float, ffn: int, axes_x: int = 1,
                             * _count("ffn", ffn))
 
 
-def best_fsdp(batch: float, ffn: int, devices: int, axes_x: int = 1, axes_y: int = 1) -> float:
+def best_fsdp(batch: Rate, ffn: int, devices: Devices, axes_x: int = 1, axes_y: int = 1
+              ) -> float:
     """X_opt = sqrt(B/F · M_X/M_Y · N): the FSDP degree that balances the two comms terms."""
     batch, ffn = _rate("batch", batch), _count("ffn", ffn)
     ratio = _count("axes_x", axes_x) / _count("axes_y", axes_y)

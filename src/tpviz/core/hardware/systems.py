@@ -5,11 +5,12 @@ from __future__ import annotations
 from tpviz.core.hardware.chips import CHIPS, Chip
 from tpviz.core.hardware.gpu import GPUS, GpuSystem
 from tpviz.core.hardware.tpu import TPUS, TpuSystem
+from tpviz.core.kinds import Of
 
 SYSTEMS: dict[str, TpuSystem | GpuSystem] = {**TPUS, **GPUS}
 
 
-def chip_of(name) -> Chip:
+def chip_of(name: Of(str, Chip, TpuSystem, GpuSystem)) -> Chip:
     """The :class:`Chip` of a name in ``CHIPS`` or ``SYSTEMS`` (or a Chip or system itself)."""
     from tpviz.core import validate
 

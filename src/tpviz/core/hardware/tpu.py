@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from tpviz.core.hardware.chips import CHIPS, Chip
 from tpviz.core.hardware.price import Price, kind_of, ring_sum
 from tpviz.core.hardware.route import coordinates, route, shift_pairs
+from tpviz.core.kinds import Amount, Any_, Indices, Of, Sizes, Time
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class TpuSystem:
     pod: tuple[int, ...]
     source: str = "austin2025scaling"
 
-    def wraparound(self, mesh_shape) -> tuple[bool, ...]:
+    def wraparound(self, mesh_shape: Sizes()) -> tuple[bool, ...]:
         """Which axes of a slice of this shape have wraparound links (the module's rule). On
         v4p and v5p a shape with fewer axes than the pod's is padded with 1s: a 4×4 slice is
         4×4×1, not whole cubes, so it has none."""
@@ -149,7 +150,7 @@ class TpuSlice:
             raise ArgumentError(f"axes = {axes} names an axis twice; name each once.")
         return tuple(a for a in axes if self.mesh_shape[a] > 1)
 
-    def price(self, kind: str, nbytes: float, axes=None) -> Price:
+    def price(self, kind: str, nbytes: Amount, axes: Indices | None = None) -> Price:
         """The :class:`Price` of ``kind`` on V = ``nbytes`` bytes over ``axes`` (indices into
         ``mesh_shape``; default: all)."""
         from tpviz.core import validate
@@ -195,7 +196,7 @@ class TpuSlice:
                                 "slice; give its coordinates, e.g. (0, 0), or its index.")
         return at
 
-    def permute(self, nbytes: float, pairs) -> Price:
+    def permute(self, nbytes: Amount, pairs: Any_) -> Price:
         """A collective-permute: ``nbytes`` from each source to its target at once, ``pairs`` of
         chips (coordinate tuples or row-major indices), each message routed by :mod:`.route`.
         Latency: the longest path's hops × α; bandwidth: the busiest link's bytes / W."""
@@ -218,13 +219,13 @@ class TpuSlice:
                      busiest / self.system.link,
                      f"ICI ({hops} hop{'s' * (hops > 1)}, {ports} port{'s' * (ports > 1)})")
 
-    def send(self, nbytes: float, source, target) -> Price:
+    def send(self, nbytes: Amount, source: Any_, target: Any_) -> Price:
         """One message of ``nbytes`` from chip ``source`` to chip ``target``: split over the
         ports that point towards the target (one per axis where they differ), the short way
         round. A v5e 4×4 from (0, 0) to (3, 3): two ports, no wraparound, six hops."""
         return self.permute(nbytes, [(source, target)])
 
-    def collective_time(self, kind: str, nbytes: float, axes=None) -> float:
+    def collective_time(self, kind: str, nbytes: Amount, axes: Indices | None = None) -> Time:
         """Seconds (latency included) of ``kind`` on V = ``nbytes`` over ``axes``."""
         return self.price(kind, nbytes, axes).seconds
 
@@ -245,7 +246,8 @@ class TpuSlice:
                      v / self.system.dcn, "DCN")
 
 
-def tpu(name: str, mesh_shape, wrap=None) -> TpuSlice:
+def tpu(name: str, mesh_shape: Of(int, Sizes()), wrap: tuple[bool, ...] | None = None
+        ) -> TpuSlice:
     """A slice of TPU generation ``name`` ("TPU v4p", "TPU v5e", "TPU v5p", "TPU v6e") of
     ``mesh_shape``,
     with wraparound by the generation's rule (or ``wrap``, one bool per axis, to override).
