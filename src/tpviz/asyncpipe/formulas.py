@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from tpviz.core import validate
-from tpviz.core.rules import Choice, Seq
+from tpviz.core.compound import Seq
+from tpviz.core.rules import Choice
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import schedule, simulate, steady_state
 from tpviz.pipeline.plan import ZOO

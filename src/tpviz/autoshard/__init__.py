@@ -12,6 +12,8 @@ and ``exercises``.
 from tpviz.autoshard import draw
 from tpviz.autoshard.compare import (
     data_parallel,
+    fixed,
+    fixed_problem,
     greedy,
     is_data_parallel,
     is_megatron,
@@ -27,8 +29,6 @@ from tpviz.autoshard.solve import (
     Problem,
     Solution,
     brute_force,
-    fixed,
-    fixed_problem,
     problem,
     solve,
     solve_problem,

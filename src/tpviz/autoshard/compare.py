@@ -12,20 +12,46 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from tpviz.autoshard.graph import OPS, Graph, mlp
-from tpviz.autoshard.solve import (
-    Problem,
-    Solution,
-    fixed,
-    fixed_problem,
-    problem,
-    solution,
-    solve,
-)
+from tpviz.autoshard.solve import Problem, Solution, problem, solution, solve
 from tpviz.core.cost import System
-from tpviz.core.kinds import MeshShape, Size
+from tpviz.core.kinds import Callback, MeshShape, Size
 from tpviz.errors import ArgumentError
 
 COLUMN, ROW, FOLLOW = ("w1", "qkv"), ("w2", "out"), ("gelu", "attn")
+
+def fixed(graph: Graph, mesh_shape: MeshShape, system: System, pick: Callback) -> Solution:
+    """The solution where ``pick(op, strategies)`` names each op's strategy (by notation or
+    index), e.g. data parallelism or Megatron, for comparison with the solver's choice.
+
+    Raises:
+        ArgumentError: ``pick`` names a strategy the op does not have.
+    """
+    return fixed_problem(problem(graph, mesh_shape, system), pick)
+
+
+def fixed_problem(p: Problem, pick: Callback) -> Solution:
+    """:func:`fixed` for a problem already tabulated. Shared inputs take the layout cheapest for
+    their readers' picks."""
+    choice: list[int] = []
+    for op, options in zip(p.ops, p.options, strict=True):
+        if op.kind == "input":
+            choice.append(-1)
+            continue
+        want = pick(op, options)
+        names = [s.notation for s in options]
+        if isinstance(want, str):
+            if want not in names:
+                raise ArgumentError(f"op {op.name!r} has no strategy {want!r}; it has {names}.")
+            want = names.index(want)
+        if isinstance(want, bool) or not isinstance(want, int) or not 0 <= want < len(names):
+            raise ArgumentError(f"pick chose {want!r} for op {op.name!r}; give one of its "
+                                f"strategies {names} or an index below {len(names)}.")
+        choice.append(int(want))
+    for v, op in enumerate(p.ops):
+        if op.kind == "input":
+            total = sum(p.edge[k][:, choice[w]] for k, (u, w, _) in enumerate(p.edges) if u == v)
+            choice[v] = int(np.argmin(total))
+    return solution(p, choice)
 
 
 def _all(mesh_shape):

@@ -29,7 +29,7 @@ from tpviz.autoshard.strategies import GRADIENT_SYNC, Strategy, reshard, strateg
 from tpviz.core import cost
 from tpviz.core import validate as check
 from tpviz.core.collectives import Collective, Collectives
-from tpviz.core.kinds import Bytes, Callback, Indices, MeshShape
+from tpviz.core.kinds import Bytes, Indices, MeshShape
 from tpviz.errors import ArgumentError, ArgumentTypeError, ShardingError, SolverError
 
 
@@ -280,37 +280,3 @@ def brute_force(graph: Graph, mesh_shape: MeshShape, system: cost.System,
         raise _infeasible(p, limit)
     return solution(p, best)
 
-
-def fixed(graph: Graph, mesh_shape: MeshShape, system: cost.System, pick: Callback) -> Solution:
-    """The solution where ``pick(op, strategies)`` names each op's strategy (by notation or
-    index), e.g. data parallelism or Megatron, for comparison with the solver's choice.
-
-    Raises:
-        ArgumentError: ``pick`` names a strategy the op does not have.
-    """
-    return fixed_problem(problem(graph, mesh_shape, system), pick)
-
-
-def fixed_problem(p: Problem, pick: Callback) -> Solution:
-    """:func:`fixed` for a problem already tabulated. Shared inputs take the layout cheapest for
-    their readers' picks."""
-    choice: list[int] = []
-    for op, options in zip(p.ops, p.options, strict=True):
-        if op.kind == "input":
-            choice.append(-1)
-            continue
-        want = pick(op, options)
-        names = [s.notation for s in options]
-        if isinstance(want, str):
-            if want not in names:
-                raise ArgumentError(f"op {op.name!r} has no strategy {want!r}; it has {names}.")
-            want = names.index(want)
-        if isinstance(want, bool) or not isinstance(want, int) or not 0 <= want < len(names):
-            raise ArgumentError(f"pick chose {want!r} for op {op.name!r}; give one of its "
-                                f"strategies {names} or an index below {len(names)}.")
-        choice.append(int(want))
-    for v, op in enumerate(p.ops):
-        if op.kind == "input":
-            total = sum(p.edge[k][:, choice[w]] for k, (u, w, _) in enumerate(p.edges) if u == v)
-            choice[v] = int(np.argmin(total))
-    return solution(p, choice)

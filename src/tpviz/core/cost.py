@@ -24,10 +24,11 @@ from functools import lru_cache
 
 from tpviz.core import hardware as hw
 from tpviz.core.collectives import Collective
+from tpviz.core.compound import Seq
 from tpviz.core.hardware.gpu import NCCL_BASE, GpuCluster, GpuSystem
 from tpviz.core.hardware.tpu import TpuSlice, TpuSystem
 from tpviz.core.kinds import Amount, Any_, Devices, Of, Sizes, SystemLike
-from tpviz.core.rules import Instance, Seq
+from tpviz.core.rules import Instance
 
 
 @dataclass(frozen=True)

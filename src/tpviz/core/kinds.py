@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated
 
+from tpviz.core.compound import Either, Seq
 from tpviz.core.lookups import (
     Anything,
     AxesRule,
@@ -34,7 +35,7 @@ from tpviz.core.lookups import (
 )
 from tpviz.core.lookups import KeywordsOf as _KeywordsOf
 from tpviz.core.lookups import Tree as _Tree
-from tpviz.core.rules import EXACT, Array, Choice, Either, FlagRule, Int, Real, Seq, Text
+from tpviz.core.rules import EXACT, Array, Choice, FlagRule, Int, Real, Text
 
 # --- the vocabulary used in signatures -------------------------------------------------------
 

@@ -20,6 +20,7 @@ import typing
 
 import numpy as np
 
+from tpviz.core import compound as c
 from tpviz.core import lookups as k
 from tpviz.core import rules as r
 from tpviz.errors import ArgumentError, TpvizError
@@ -59,8 +60,8 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
                  for a in args if a is not type(None)]
         if any(x is None for x in rules):
             return None
-        one = rules[0] if len(rules) == 1 else r.Either(*rules)
-        return r.Maybe(one) if type(None) in args else one
+        one = rules[0] if len(rules) == 1 else c.Either(*rules)
+        return c.Maybe(one) if type(None) in args else one
     if origin in (tuple, list, abc.Sequence, abc.MutableSequence):
         fixed = origin is tuple and args and args[-1] is not Ellipsis
         items = [rule_for(a, result=result, record=record)
@@ -68,13 +69,13 @@ def rule_for(annotation, default=inspect.Parameter.empty, *, result: bool = Fals
         item = items[0] if items and (not fixed or len(set(map(type, items))) == 1) else None
         empty = record or (isinstance(default, tuple | list) and not default)
         size = len(args) if fixed else None
-        return r.Seq(item, size if fixed else int(not empty), size)
+        return c.Seq(item, size if fixed else int(not empty), size)
     if origin in (dict, abc.Mapping) or annotation in (dict, abc.Mapping):
         key, value = (rule_for(a, result=result, record=record) for a in args) if args else (
             None, None)
         return k.Map(key, value, minimum=int(bool(args) and not record))
     if annotation is np.ndarray:
-        return r.Maybe(r.Array()) if record else r.Array()
+        return c.Maybe(r.Array()) if record else r.Array()
     if annotation is abc.Callable or origin is abc.Callable:
         return k.Function()
     cost = sys.modules.get("tpviz.core.cost")
@@ -113,8 +114,8 @@ def spec_of(fn, label: str, record: bool = False) -> Spec:
         if rule is None:
             undeclared.append(name)
             continue
-        if p.default is None and not isinstance(rule, r.Maybe):
-            rule = r.Maybe(rule)
+        if p.default is None and not isinstance(rule, c.Maybe):
+            rule = c.Maybe(rule)
         if p.kind is p.VAR_POSITIONAL:
             spec.star = (i, rule)
         elif p.kind is p.VAR_KEYWORD:
@@ -122,7 +123,7 @@ def spec_of(fn, label: str, record: bool = False) -> Spec:
         else:
             spec.checks.append((positions[name], name, rule, p.default))
     for index, name, rule, _ in spec.checks:
-        inner = rule.rule if isinstance(rule, r.Maybe) else rule
+        inner = rule.rule if isinstance(rule, c.Maybe) else rule
         if (isinstance(inner, r.Array) and inner.dims) or (isinstance(inner, k.Map) and inner.dims):
             spec.shaped.append((index, name, inner))
         if hasattr(inner, "within") and inner.of in positions:  # AxisOf, KeyOf

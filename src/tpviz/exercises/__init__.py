@@ -104,12 +104,14 @@ _HOMES = {
         "check_tp_degree",
         "check_weight_bytes",
     ),
+    "tpviz.mesh2d.builds": (
+        "check_final_reduce_scatter",
+        "check_mlp2d",
+    ),
     "tpviz.mesh2d.exercises": (
         "check_best_mesh",
         "check_compute_bound_batch",
-        "check_final_reduce_scatter",
         "check_mesh_design",
-        "check_mlp2d",
         "check_step_shardings",
         "check_weights_held",
     ),

@@ -20,7 +20,6 @@ from tpviz.moe.plan import (
     keep,
     plan,
     route,
-    skewed_logits,
     softmax,
     top_k,
 )
@@ -37,6 +36,7 @@ from tpviz.moe.run import (
     specs,
     train_step,
 )
+from tpviz.moe.synthetic import skewed_logits
 
 __all__ = ["AXIS", "Check", "Plan", "Routing", "aux_loss", "capacity", "check", "draw",
            "explore_moe", "forward", "gshard_layer", "gspmd_forward", "gspmd_train_step", "init",

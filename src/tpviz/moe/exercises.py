@@ -18,7 +18,8 @@ from tpviz.core.exercises import (
     plain,
 )
 from tpviz.errors import TpvizError
-from tpviz.moe.plan import aux_loss, capacity, keep, route, skewed_logits, softmax, top_k
+from tpviz.moe.plan import aux_loss, capacity, keep, route, softmax, top_k
+from tpviz.moe.synthetic import skewed_logits
 
 # the library's answers to 10.3 and 10.4 (and the functions built on them)
 ROUTING = ("tpviz.moe.plan.keep", "tpviz.moe.plan.route", "tpviz.moe.run.dispatch_tensors")

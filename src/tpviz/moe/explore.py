@@ -13,7 +13,8 @@ from tpviz.core.live import Grid, LiveFigure, notes
 from tpviz.core.validate import choice, number
 from tpviz.core.widgets import Controls, Live, live
 from tpviz.moe.draw import load
-from tpviz.moe.plan import Factor, aux_loss, plan, route, skewed_logits
+from tpviz.moe.plan import Factor, aux_loss, plan, route
+from tpviz.moe.synthetic import skewed_logits
 
 
 def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: Factor = 1.25,
@@ -21,7 +22,7 @@ def render_moe(experts: int = 32, top_k: int = 2, capacity_factor: Factor = 1.25
                tokens: int = 4096, hidden: int = 4096, ffn: int = 14336,
                dtype: str = "bf16") -> tuple[str, Figure]:
     """A table (capacity, drops, aux loss, bytes and time per layer) and the load per expert of
-    a synthetic router (:func:`tpviz.moe.plan.skewed_logits`) on ``tokens`` tokens."""
+    a synthetic router (:func:`tpviz.moe.synthetic.skewed_logits`) on ``tokens`` tokens."""
     system = choice("system", system, SYSTEMS)
     skew = number("skew", skew)
     logits = skewed_logits(tokens, experts, skew)  # refuses a size beyond its limit at once

@@ -18,7 +18,6 @@ backward pass repeats both. Everything here is NumPy: no devices, no JAX tracing
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Annotated
@@ -28,7 +27,7 @@ import numpy as np
 from tpviz.core import cost, layout
 from tpviz.core import validate as check
 from tpviz.core.collectives import Collective, Collectives
-from tpviz.core.kinds import HELD, ArrayOf, Devices, Dtype, Index, Seed, Size
+from tpviz.core.kinds import HELD, ArrayOf, Devices, Dtype, Index, Size
 from tpviz.core.rules import Real
 from tpviz.errors import ArgumentError, ShardingError
 
@@ -212,26 +211,6 @@ def aux_loss(probs: ArrayOf("T E", finite=True), experts: ArrayOf("T K", integer
     e = probs.shape[1]
     f = np.bincount(experts.ravel(), minlength=e) / experts.size
     return float(weight * e * np.sum(f * probs.mean(0)))
-
-
-def skewed_logits(tokens: int, experts: int, skew: float = 0.0, seed: Seed = 0) -> np.ndarray:
-    """A synthetic router's logits: noise plus ``skew`` times a preference that falls linearly
-    from expert 0 to expert E-1 (skew 0: balanced on average)."""
-    tokens, experts = check.integer("tokens", tokens), check.integer("experts", experts)
-    check.bounded("tokens × experts (the router's logits, 8 bytes each)", tokens * experts,
-                  MAX_LOGITS, "Route fewer tokens (a sample of 4096 shows the same load).")
-    return _noise(tokens, experts, seed) + check.number("skew", skew) * np.linspace(
-        1, -1, experts)
-
-
-MAX_LOGITS = 2**24  # 128 MiB of float64 logits
-
-
-@functools.lru_cache(maxsize=16)
-def _noise(tokens: int, experts: int, seed: int) -> np.ndarray:
-    noise = np.random.default_rng(seed).standard_normal((tokens, experts))
-    noise.flags.writeable = False  # shared by the calls that hit the cache
-    return noise
 
 
 # --- the layer on N devices --------------------------------------------------------------------
