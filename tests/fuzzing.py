@@ -163,11 +163,12 @@ class Examples:
         return "X"
 
     def of_rule(self, rule, depth: int, label: str = "", name: str = ""):
+        from tpviz.core import compound as c
         from tpviz.core import lookups as k
         from tpviz.core import rules as r
 
         match rule:
-            case r.Maybe():
+            case c.Maybe():
                 return None
             case r.Int():
                 low = 1 if rule.minimum is None else rule.minimum
@@ -198,7 +199,7 @@ class Examples:
                 import numpy as np
 
                 return np.ones((4, 4), np.float32)
-            case r.Seq():
+            case c.Seq():
                 item = None if rule.item is None else self.of_rule(rule.item, depth)
                 return tuple([item] * (rule.maximum or max(rule.minimum, 2)))
             case r.Array():
@@ -212,7 +213,7 @@ class Examples:
             case r.Instance():
                 cls = rule.cls[0] if isinstance(rule.cls, tuple) else rule.cls
                 return self.instance(cls, depth + 1)
-            case r.Either():  # the first alternative that has an example, objects first
+            case c.Either():  # the first alternative that has an example, objects first
                 order = sorted(rule.rules, key=lambda x: not isinstance(x, r.Instance))
                 made = (self.of_rule(x, depth, label, name) for x in order)
                 return next((x for x in made if x is not None), None)
