@@ -3,8 +3,10 @@ rediscovered, the executed choice against the reference and the compiled program
 against brute force, the checkers against wrong answers, and errors for bad input."""
 
 import itertools
+import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from tpviz.mesh2d.plan import plan as mesh2d_plan
 from tpviz.pipeline.plan import balance
 
 H100 = "H100 (NVLink)"
+BOOK = Path(__file__).resolve().parent.parent / "book"
 # a slow chip with latency: compute, bandwidth and α all matter
 SLOW = cost.System("test", flops=1e9, bandwidth=1e9, source="", latency=1e-6)
 
@@ -421,11 +424,29 @@ def test_check_switch_batch(capsys):
     fails(ex.check_switch_batch, 5500, words="already uses data parallelism")  # 7 % too many
     fails(ex.check_switch_batch, 4800, words="still picks Megatron")
     for near in (5121, 5124, 5128):  # within one bisection step: no longer accepted
-        fails(ex.check_switch_batch, near, words="close")
+        fails(ex.check_switch_batch, near, words="close")  # 5128: the first B where DP is cheaper
     fails(ex.check_switch_batch, 1280, words="still picks Megatron")  # B* = H
     fails(ex.check_switch_batch, 3072, words="still picks Megatron")  # the chapter's GPT-2 small
     fails(ex.check_switch_batch, 4 * 5120, words="already uses data parallelism")
     fails(ex.check_switch_batch, "F", words="number")
+
+
+def test_the_switch_exercise_asks_for_the_tie():
+    """12.6 asks for the smallest batch at which data parallelism costs no more than Megatron.
+    Both plans all-reduce 2(N-1)/N of their arrays (2·B·H against 2·H·F): they tie at B = F,
+    and Megatron is cheaper one grid step (8 tokens) below."""
+    h, f, mesh = 1280, 5120, {"X": 8}
+    dp, mt = (plan(auto.mlp(f, h, f), mesh, H100).cost for plan in (auto.data_parallel,
+                                                                     auto.megatron))
+    assert math.isclose(dp, mt, rel_tol=1e-9)
+    dp, mt = (plan(auto.mlp(f - 8, h, f), mesh, H100).cost for plan in (auto.data_parallel,
+                                                                         auto.megatron))
+    assert mt < dp
+    cells = json.loads((BOOK / "12_autoshard.ipynb").read_text(encoding="utf-8"))["cells"]
+    [prompt] = ["".join(c["source"]) for c in cells if "Exercise 12.6" in "".join(c["source"])]
+    assert "costs no more than Megatron" in prompt
+    for text in (prompt, ex.check_switch_batch.__doc__ or ""):
+        assert "starts to beat" not in text
 
 
 def test_check_stages(capsys):

@@ -9,7 +9,13 @@ import math
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from tpviz.autoshard.compare import greedy, ilp_with_edge_rows, switch_batch
+from tpviz.autoshard.compare import (
+    data_parallel,
+    greedy,
+    ilp_with_edge_rows,
+    megatron,
+    switch_batch,
+)
 from tpviz.autoshard.graph import Graph, mlp
 from tpviz.autoshard.solve import solve
 from tpviz.autoshard.stages import stages
@@ -198,16 +204,23 @@ SWITCH = dict(hidden=1280, ffn=5120, devices=8)
 
 @functools.lru_cache(maxsize=1)
 def _switch_point() -> int:
-    """The solver's own switch point for :data:`SWITCH` (bisection; cached)."""
-    d = SWITCH
-    return switch_batch(d["hidden"], d["ffn"], {"X": d["devices"]}, SYSTEM)
+    """B* for :data:`SWITCH`: the solver's switch, stepped down by N while the plans tie."""
+    d, mesh = SWITCH, {"X": SWITCH["devices"]}
+    got, n = switch_batch(d["hidden"], d["ffn"], mesh, SYSTEM), d["devices"]
+    while got > n:
+        dp, mt = (plan(mlp(got - n, d["hidden"], d["ffn"]), mesh, SYSTEM).cost
+                  for plan in (data_parallel, megatron))
+        if dp > mt * (1 + 1e-9):
+            break
+        got -= n
+    return got
 
 
 @checker("Where the solver switches to data parallelism")
 def check_switch_batch(batch) -> str:
-    """The batch (tokens) B* at which data parallelism starts to beat Megatron for the MLP with
-    H = 1280, F = 5120 on 8 devices: exactly the solver's switch point (found by bisection over
-    multiples of N; the two schemes tie there)."""
+    """The smallest batch (tokens) B* at which data parallelism costs no more than Megatron for
+    the MLP with H = 1280, F = 5120 on 8 devices, on a grid of N tokens. The two tie there
+    (B* = F); above it data parallelism is cheaper. Only that point is accepted."""
     got = as_number(batch, "B*")
     if got <= 0:  # before the solver's bisection
         raise Wrong(f"B* = {got:g} is not a batch; it is a positive number of tokens.")
@@ -221,7 +234,8 @@ def check_switch_batch(batch) -> str:
     if got != switch:
         raise Wrong(f"B = {got:,.0f} is close, but not where the two schemes cost the same.",
                     "Derive B* from the two traffic formulas rather than by trying values.")
-    return f"Below {switch:,} tokens Megatron, from there data parallelism: B* = F."
+    return (f"B* = F = {switch:,} tokens: there the two cost the same; below it Megatron is "
+            "cheaper, above it data parallelism.")
 
 
 @checker("The best pipeline stages")
