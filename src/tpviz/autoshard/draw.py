@@ -88,6 +88,6 @@ def stages(plan: Stages, title: str = "") -> Figure:
     ax.invert_yaxis()
     ax.set_xlabel("seconds per microbatch (darkest: the slowest stage sets the pace)",
             fontsize=SMALL_PT)
-    ax.set_title(title or f"T = Σ t + (B − 1)·max t = {plan.latency:.3g} s with B = "
-                 f"{plan.microbatches}", fontsize=SMALL_PT, loc="left")
+    ax.set_title(title or r"$T = \sum_s t_s + (m - 1)\,\max_s t_s$" + f" = {plan.latency:.3g} s "
+                 f"with $m$ = {plan.microbatches} microbatches", fontsize=SMALL_PT, loc="left")
     return fig

@@ -240,7 +240,7 @@ def check_switch_batch(batch) -> str:
 
 @checker("The best pipeline stages")
 def check_stages(latency: float) -> str:
-    """The least ``Σ t_i + (m − 1) · max t_i`` for layers costing [1, 2, 6, 2] seconds on one
+    """The least ``Σ_s t_s + (m − 1) · max_s t_s`` for layers costing [1, 2, 6, 2] seconds on one
     device, 4 devices, m = 8 microbatches, stages on 1 or 2 devices."""
     costs = [1, 2, 6, 2]
     best = stages(costs, 4, 8, [(1,), (2,)])
@@ -255,7 +255,7 @@ def check_stages(latency: float) -> str:
     if value is not None and math.isclose(value, m * sum(costs) / n):
         raise Wrong("that is m · Σt / N: all the work spread evenly over the devices, with no "
                     "fill or drain; no pipeline reaches it.",
-                    "The first microbatch passes every stage: Σ t_i + (m − 1) · max t_i.")
+                    "The first microbatch passes every stage: Σ_s t_s + (m − 1) · max_s t_s.")
     even = sum(costs) / n  # N single-device stages of exactly Σt/N each
     if value is not None and math.isclose(value, n * even + (m - 1) * even):
         raise Wrong("that is the latency of perfectly even single-device stages (Σt/N each); "

@@ -1,9 +1,9 @@
 """The inter-op pass: contiguous stages × submeshes by dynamic programming (Alpa, §5.2).
 
 A pipeline of ``p`` stages with per-microbatch times ``t_1 … t_p`` runs ``m`` microbatches in
-``T_pipe = Σ t_i + (m − 1) · max t_i``: the first microbatch passes every stage once, the
+``T_pipe = Σ_s t_s + (m − 1) · max_s t_s``: the first microbatch passes every stage once, the
 others follow at the pace of the slowest. Alpa enumerates the slowest time ``t_max`` and, for
-each, finds the least ``Σ t_i`` by dynamic programming over (first layer left ``l``, devices
+each, finds the least ``Σ_s t_s`` by dynamic programming over (first layer left ``l``, devices
 left ``n``)::
 
     G(l, n) = min over l' > l and submesh s with t(l, l', s) ≤ t_max of
@@ -15,7 +15,7 @@ inside a node and ``(n, M)`` of whole nodes always tile a cluster of nodes × M 
 their sizes add up to its device count (Alpa's Appendix A). With a memory limit the state also
 counts the stages left, as Alpa's (its Eq. 3-5): under 1F1B the stage with ``c`` stages from it
 to the end holds ``min(c, m)`` microbatches' activations, so whether a stage fits depends on
-its position. With one submesh shape and layers that scale perfectly, ``Σ t_i`` is fixed and
+its position. With one submesh shape and layers that scale perfectly, ``Σ_s t_s`` is fixed and
 the best split is the most balanced one: :func:`tpviz.pipeline.plan.balance`.
 :func:`tpviz.autoshard.join.submesh_costs` gives each layer's time on each submesh by the
 intra-op ILP (:func:`tpviz.autoshard.solve`), joining the two levels, with the weight-gradient
@@ -46,7 +46,7 @@ class Stages:
 
     @property
     def latency(self) -> float:
-        """``Σ t_i + (m − 1) · max t_i``: seconds for all microbatches."""
+        """``Σ_s t_s + (m − 1) · max_s t_s``: seconds for all microbatches."""
         return sum(self.times) + (self.microbatches - 1) * max(self.times)
 
 
@@ -127,7 +127,7 @@ def _prepared(layer_costs, devices, microbatches, submeshes, memory, memory_limi
 
 def stages(layer_costs: Any_, devices: Devices, microbatches: int, submeshes: Items,
            memory: Items | None = None, memory_limit: Bytes | None = None) -> Stages:
-    """Contiguous stages and a submesh for each, minimising ``Σ t_i + (m − 1) · max t_i``.
+    """Contiguous stages and a submesh for each, minimising ``Σ_s t_s + (m − 1) · max_s t_s``.
 
     Args:
         layer_costs: seconds per microbatch of each layer, either one sequence (on one device;
@@ -204,7 +204,7 @@ def _fits(memory, memory_limit, k, microbatches):
 
 
 def _dp(t, k, devices, shapes, t_max, fits):
-    """(least Σ t_i, stages) over layers [0, k) on exactly ``devices``, each stage ≤ t_max and
+    """(least Σ_s t_s, stages) over layers [0, k) on exactly ``devices``, each stage ≤ t_max and
     fitting; the state (first layer, devices left, stages left) as Alpa's."""
     inf = math.inf
     # f[(i, d, c)]: least Σ t of layers [i, k) on d devices in exactly c stages
