@@ -64,6 +64,28 @@ def test_a_tpu_group_is_priced_on_its_own_torus_axes():
     assert big.bandwidth_s == pytest.approx(31 / 32 * 32e6 / (3 * 4.5e10))
 
 
+def test_a_compiled_permute_is_routed_by_its_pairs():
+    # v5e groups of 4 are lines (no wraparound), 4.5e10 B/s per link and direction, 1 µs a hop
+    tpu, v = cost.SYSTEMS["TPU v5e (ICI)"], 1_000_000
+    plan = tpu.price(Collective("collective-permute", v, 4))  # no pairs: a cyclic shift by one
+    assert (plan.bandwidth_s, plan.latency_s) == pytest.approx((v / 4.5e10, 3e-6))  # 3 -> 0
+    # a pipeline's sends 0 -> 1 -> 2 -> 3: one hop each, no message walks back
+    sends = tpu.price(Collective("collective-permute", v, 3, groups=((0, 1), (1, 2), (2, 3))))
+    assert (sends.bandwidth_s, sends.latency_s) == pytest.approx((v / 4.5e10, 1e-6))
+    # a shift by two on the line: the link 1 -> 2 carries both messages, each walks 2 hops
+    two = tpu.price(Collective("collective-permute", v, 2, groups=((0, 2), (1, 3))))
+    assert (two.bandwidth_s, two.latency_s) == pytest.approx((2 * v / 4.5e10, 2e-6))
+    # on a 2x4 slice (on_slice), ids are row-major chips: 3 = (0, 3) -> 4 = (1, 0) differs on
+    # both axes, 1 + 3 hops, half the bytes by each of two ports
+    placed = tpu.on_slice((2, 4), X=0, Y=1)
+    corner = placed.price(Collective("collective-permute", v, 1, groups=((3, 4),)))
+    assert (corner.bandwidth_s, corner.latency_s) == pytest.approx((v / 2 / 4.5e10, 4e-6))
+    # the same pairs on a GPU switch are priced as before (the pairs play no part there)
+    gpu = cost.SYSTEMS["H100 (NVLink)"]
+    assert gpu.price(Collective("collective-permute", v, 2, groups=((0, 2), (1, 3)))) == (
+        gpu.price(Collective("collective-permute", v, 2)))
+
+
 def test_chapter_3_question_c_on_the_slice_model():
     from tpviz import matmul
 

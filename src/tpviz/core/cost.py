@@ -108,9 +108,21 @@ class System:
     def price(self, collective: Collective, per_node: int | None = None) -> hw.Price:
         """The :class:`tpviz.core.hardware.Price` of a :class:`Collective` on this system; a
         GPU group has ``per_node`` devices in each node (default: packed). On a TPU slice
-        (:meth:`on_slice`) the collective's mesh axes say which torus axes it runs on."""
+        (:meth:`on_slice`) the collective's mesh axes say which torus axes it runs on.
+
+        A TPU permute that carries its (source, target) pairs (``groups``, as read from a
+        compiled program) is routed pair by pair (:meth:`tpviz.core.hardware.TpuSlice.permute`):
+        device ids are row-major chips of the slice (:meth:`on_slice`) when they fit in it, else
+        of the group of chips up to the largest id. Without pairs a permute is a cyclic shift
+        by one over the group."""
         kind, n = collective.kind, collective.group_size
         v = collective.bytes * n if kind in ("all-to-all", "reduce-scatter") else collective.bytes
+        pairs = collective.groups if kind == "collective-permute" else ()
+        if self.tpu and pairs and all(len(pair) == 2 for pair in pairs):
+            ids = max(d for pair in pairs for d in pair) + 1
+            net = _slice(self) if self.slice and ids <= math.prod(self.slice) else (
+                self.network(ids))
+            return net.permute(v, pairs)
         placed = dict(self.placement)
         if self.slice and collective.axes and all(a in placed for a in collective.axes):
             net = _slice(self)
