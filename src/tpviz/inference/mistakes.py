@@ -9,9 +9,10 @@ code that is right; a result that matches none leaves the harness's "wrong value
   keys and values, or with them at another position; the first step's output left as each
   device's partial sum, N times too large or 1/N of it; the new token's own position left out of
   the attention; the cache read before this step's write; query heads matched with the wrong
-  key/value heads; the scores not divided by √d_h.
+  key/value heads; the scores not divided by √d_h; the new keys written on some devices only.
 - **14.6** (the cross-device log-sum-exp combine): device 0's own part; the parts averaged with
-  equal weights; weights that do not add up to 1; the part with the largest lse alone.
+  equal weights; weights that do not add up to 1; the part with the largest lse alone; each
+  device's weighted share, never summed.
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ def decode_mistake(case, out, want) -> str | None:
             return (f"the caches you return hold no keys at position(s) "
                     f"{sorted(reached - written)}, which tokens have reached: each step's "
                     "keys and values belong at its own position, pos.")
+        heads = np.abs(got[1][:, start:start + steps]).sum(axis=(0, 3)).min(axis=0) > 0
+        if 0 < heads.sum() < heads.size:  # some devices wrote their heads, others did not
+            return (f"the caches you return hold the new tokens' keys and values for key/value "
+                    f"head(s) {np.flatnonzero(heads).tolist()} only, not for "
+                    f"{np.flatnonzero(~heads).tolist()}: every device writes its own heads' "
+                    "keys and values into its own cache.")
     first = got[0][0] if got[0].ndim == 3 else None
     if first is None or not np.all(np.isfinite(first)):
         return None
@@ -131,7 +138,10 @@ def combine_mistake(case, out, want) -> str | None:
              (parts.mean(axis=0), "the parts are averaged with equal weights: a part whose "
                                   "scores are larger (a larger lse_i) must count for more."),
              ((weights * parts).sum(axis=0), "the parts' weights do not add up to 1."),
-             (largest, "only the part with the largest lse_i is kept: every part contributes."))
+             (largest, "only the part with the largest lse_i is kept: every part contributes."),
+             (weights[0] * parts[0] / weights.sum(axis=0),
+              "your result is this device's share of the whole, its weighted part over the "
+              "sum of the weights: the weighted parts were never added together."))
     for value, text in known:
         if _close(got, value):
             return text
