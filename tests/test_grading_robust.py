@@ -178,3 +178,41 @@ def test_a_folder_or_link_named_like_a_notebook_is_reported_and_skipped(tmp_path
     for who, rel in (("ada", f"ada/{CHAPTER}.ipynb"), ("bob", f"bob/{CHAPTER}.ipynb"),
                      ("", "top.ipynb")):
         assert notes[who] == [f"{rel}: not a regular file (a folder or a link); not graded"]
+
+
+# --- no sandbox, and the progress bar ----------------------------------------------------------
+
+def test_without_a_sandbox_grading_refuses_and_names_the_flag(tmp_path, monkeypatch, capsys):
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    (subs / "ada").mkdir(parents=True)
+    (subs / "ada" / f"{CHAPTER}.ipynb").write_text("{}")
+    monkeypatch.setenv("TPVIZ_BWRAP", str(tmp_path / "no-bwrap"))
+    assert grading.main([str(subs), str(out), "--book", str(BOOK)]) == 2
+    err = capsys.readouterr().err
+    assert "error: no sandbox can be made here" in err and "pass --no-sandbox" in err
+    assert "no-bwrap" in err  # names what it tried
+    assert not (out / "grades.csv").exists()
+
+
+def test_the_bar_shows_the_time_left_from_the_graded_ones_only(monkeypatch):
+    import io
+
+    from tpviz.grading import progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    stream = io.StringIO()
+    bar = progress.Progress(4, 2, stream=stream)
+    bar.step("ada: kept", kept=True)  # from the cache: says nothing of the time per one
+    now[0] = 130.0
+    bar.step("bob: graded")  # 30 s for 1 graded, 2 left: 60 s
+    now[0] = 150.0
+    bar.step("eve: graded")  # 50 s for 2 graded, 1 left: 25 s
+    now[0] = 175.0
+    bar.step("lou: graded")
+    bars = [ln for ln in stream.getvalue().splitlines() if ln.startswith("[")]
+    assert bars == [
+        f"[{'#' * 7}{'.' * 23}] 1/4 0:00 elapsed, estimating the time left",
+        f"[{'#' * 15}{'.' * 15}] 2/4 0:30 elapsed, about 1:00 left",
+        f"[{'#' * 22}{'.' * 8}] 3/4 0:50 elapsed, about 0:25 left",
+        f"[{'#' * 30}] 4/4 1:15 elapsed, done"]
