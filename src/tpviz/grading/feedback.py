@@ -37,6 +37,14 @@ def notebook_page(result, trusted: set[str] = frozenset(), exporter=None) -> str
     it did not run; ``trusted`` are the chapter's own markdown cells (rendered as markdown)."""
     if result.notebook is None:
         return fallback_page(result)
+    try:  # the notebook came out of the sandbox: anything in it may be malformed
+        return _render(result, trusted, exporter)
+    except Exception as e:  # one nbconvert cannot render: say so, keep the points
+        return fallback_page(result, f"its page could not be made ({type(e).__name__})")
+
+
+def _render(result, trusted: set[str], exporter) -> str:
+    """The page of a notebook that ran; raises whatever a malformed one makes it raise."""
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -60,13 +68,9 @@ def notebook_page(result, trusted: set[str] = frozenset(), exporter=None) -> str
         text = f"{message}\n[{gid}: {got} / {top} points{'; ' + note if note else ''}]\n"
         nb["cells"][index]["outputs"] = [{"output_type": "stream", "name": "stdout",
                                           "text": text}]
-    try:
-        node = nbformat.from_dict(nb)
-        exporter = exporter or HTMLExporter(template_name="classic")
-        body, _ = exporter.from_notebook_node(node)
-    except Exception as e:  # a notebook nbconvert cannot render: say so, keep the points
-        return fallback_page(result, f"its page could not be made ({type(e).__name__})")
-    return body
+    node = nbformat.from_dict(nb)
+    exporter = exporter or HTMLExporter(template_name="classic")
+    return exporter.from_notebook_node(node)[0]
 
 
 class Pages:

@@ -12,8 +12,9 @@ source just before the call).
 
 While the learner's code runs, an audit hook (:func:`sys.addaudithook`, which cannot be removed)
 refuses what would reach the checker or the grading: frames (``sys._getframe``, ``tb_frame``),
-``gc``'s object lists, ``ctypes``, tracing, signals, new processes, threads and sockets, and
-rewriting classes or code objects. Afterwards the library's modules are compared with what they
+``gc``'s object lists, ``ctypes``, tracing, signals, new processes, threads and sockets,
+rewriting classes or code objects, making links, and opening ``/proc`` under any spelling
+(:func:`_reaches_proc`). Afterwards the library's modules are compared with what they
 held before (a function the learner replaced makes the check fail), and the verdict is written
 once, with the key the grading process gave, on a pipe of its own; a second line, or a line
 without the key, scores 0. :doc:`instructors` says what remains possible.
@@ -31,10 +32,29 @@ import sys
 REFUSED = ("ctypes.", "gc.get_", "sys._getframe", "sys._current_frames", "sys.settrace",
            "sys.setprofile", "os.kill", "os.killpg", "signal.pthread_kill", "os.system",
            "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "subprocess.", "socket.",
-           "_thread.start_new_thread", "os.putenv", "os.unsetenv")
+           "_thread.start_new_thread", "os.putenv", "os.unsetenv",
+           "os.symlink", "os.link")  # no link made between the /proc test and the open
 FRAMES = ("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back")
 WATCHED = ("tpviz", "jax", "jaxlib", "numpy", "builtins", "math", "operator", "functools",
            "contextlib", "io", "json", "os", "sys")
+
+
+def _reaches_proc(path, folder_too: bool) -> bool:
+    """Whether opening ``path`` could reach ``/proc`` (the process's memory, and through
+    ``/proc/self/fd`` the verdict's pipe): however it is spelt (``//proc``, ``/./proc``,
+    ``../proc``), through links (``/dev/fd``, a link to it), or by a descriptor. With
+    ``folder_too`` (``os.open``), a folder too: a descriptor of ``/`` would open
+    ``proc/self/mem`` relative to it (``dir_fd``, which the audit event does not show)."""
+    if isinstance(path, int):
+        return True
+    try:
+        path = os.fsdecode(path)
+        spelt, real = os.path.normpath(os.path.abspath(path)), os.path.realpath(path)
+    except (TypeError, ValueError):  # not a path, or a NUL in it
+        return True
+    # /dev/fd/N and /dev/stdin resolve to the file open there, not to /proc: the spelling counts
+    return (any(p == "/proc" or p.startswith(("/proc/", "/dev/fd", "/dev/std"))
+                for p in (spelt, real)) or (folder_too and os.path.isdir(real)))
 
 
 def _guard() -> contextlib.AbstractContextManager:
@@ -51,7 +71,7 @@ def _guard() -> contextlib.AbstractContextManager:
                 isinstance(args[0], type) or args[1] in ("__code__", "__defaults__",
                                                           "__kwdefaults__")):
             refused = True
-        if event == "open" and (isinstance(args[0], int) or str(args[0]).startswith("/proc")):
+        if event == "open" and _reaches_proc(args[0], folder_too=args[1] is None):
             refused = True
         if refused:
             raise RuntimeError(f"not allowed while an answer is graded: {event}")

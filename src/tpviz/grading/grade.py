@@ -35,10 +35,10 @@ from pathlib import Path
 
 from tpviz.errors import GradingError
 from tpviz.grading import inner
-from tpviz.grading.feedback import Pages, summary_page
+from tpviz.grading.feedback import Pages, fallback_page, summary_page
 from tpviz.grading.files import check_writable, refuse_inside, write_all
 from tpviz.grading.isolate import Sandbox
-from tpviz.grading.jobs import CACHE, Cache, Context, Result, code_digest, grade_one
+from tpviz.grading.jobs import CACHE, Cache, Context, Result, code_digest, grade_one, not_graded
 from tpviz.grading.prepare import exercises_of
 from tpviz.grading.progress import Progress
 from tpviz.grading.release import DEFAULT_TIMEOUT_S, chapters, released_chapters
@@ -50,13 +50,18 @@ HEADER = ["student", "chapter", "exercise", "points", "max_points", "note"]
 
 def find_submissions(folder: Path) -> tuple[dict[str, dict[str, Path]], dict[str, list[str]]]:
     """``{student: {chapter: path}}`` from ``folder/<student>/**/<chapter>.ipynb``, and what was
-    reported (``{student or "": [notes]}``): notebooks at the top level or nested deeper."""
+    reported (``{student or "": [notes]}``): notebooks at the top level or nested deeper, and
+    anything named ``*.ipynb`` that is not a regular file (a folder, a link)."""
     found: dict[str, dict[str, Path]] = {}
     notes: dict[str, list[str]] = {}
     paths = sorted(folder.rglob("*.ipynb"), key=lambda p: (len(p.parts), str(p)))
     for path in paths:
         rel = path.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts):  # .ipynb_checkpoints and the like
+            continue
+        if path.is_symlink() or not path.is_file():  # a link could point at the solutions
+            notes.setdefault(rel.parts[0] if len(rel.parts) > 1 else "", []).append(
+                f"{rel}: not a regular file (a folder or a link); not graded")
             continue
         if len(rel.parts) == 1:
             notes.setdefault("", []).append(
@@ -73,7 +78,7 @@ def find_submissions(folder: Path) -> tuple[dict[str, dict[str, Path]], dict[str
             notes.setdefault(student, []).append(
                 f"{rel}: found in a sub-folder; graded as {student}'s {chapter}")
         found.setdefault(student, {})[chapter] = path
-    if not found and "" not in notes:
+    if not found and not notes:
         raise GradingError(f"no submissions in {folder}: expected "
                            f"{folder}/<student>/<chapter>.ipynb")
     return found, notes
@@ -144,7 +149,11 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
         writer.writerows([student, chapter, *row] for row in r.rows)
         trusted = {"".join(c.get("source", "")) for c in releases[chapter]["cells"]}
         page = f"feedback/{student}/{chapter}.html"
-        files[page] = exporter.page(page, r, trusted, (student, chapter) in kept)
+        try:
+            files[page] = exporter.page(page, r, trusted, (student, chapter) in kept)
+        except Exception as e:  # one page must never stop the class
+            files[page] = fallback_page(
+                r, f"its page could not be made ({type(e).__name__})").encode()
         notes.setdefault(student, []).extend(
             [f"{chapter}: {r.problem}"] * bool(r.problem) + [f"{chapter}: {n}" for n in r.notes])
     files["grades.csv"] = table.getvalue().encode()
@@ -170,8 +179,11 @@ def run_all(ctx: Context, cache: Cache, jobs: list, workers: int, regrade: bool,
     progress = Progress(len(jobs), workers)
     todo = []
     for student, chapter, path in jobs:
-        was = None if regrade else cache.get(student, chapter, path.read_bytes(),
-                                             ctx.exercises[chapter])
+        try:
+            was = None if regrade else cache.get(student, chapter, path.read_bytes(),
+                                                 ctx.exercises[chapter])
+        except OSError:  # unreadable: graded below, where that is reported
+            was = None
         if was is None:
             todo.append((student, chapter, path))
         else:
@@ -180,9 +192,17 @@ def run_all(ctx: Context, cache: Cache, jobs: list, workers: int, regrade: bool,
     kept = set(results)
     stopping = threading.Event()
 
-    def work(student: str, chapter: str, path: Path) -> tuple[Result, bytes]:
-        data = path.read_bytes()  # what is graded is what the key is made of
-        return grade_one(ctx, student, chapter, data), data
+    def work(student: str, chapter: str, path: Path) -> tuple[Result, bytes | None]:
+        """The submission's result, and its bytes to cache it under (None: not to be cached,
+        its grading failed and a rerun tries again). Whatever goes wrong costs this
+        submission only."""
+        try:
+            data = path.read_bytes()  # what is graded is what the key is made of
+            return grade_one(ctx, student, chapter, data), data
+        except Exception as e:  # one submission must never stop the class
+            return not_graded(student, chapter, ctx.exercises[chapter], (
+                f"grading {path.name} failed ({type(e).__name__}: {str(e)[:300]}): 0 points "
+                "for now; it is graded again on the next run")), None
 
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if (
         threading.current_thread() is threading.main_thread()) else None
@@ -198,7 +218,8 @@ def run_all(ctx: Context, cache: Cache, jobs: list, workers: int, regrade: bool,
             r, data = future.result()
             if stopping.is_set():
                 break
-            cache.put(r, data)
+            if data is not None:
+                cache.put(r, data)
             results[(r.student, r.chapter)] = r
             progress.step(_line(r, False))
     except KeyboardInterrupt:

@@ -156,10 +156,8 @@ def grade_one(ctx: Context, student: str, chapter: str, data: bytes) -> Result:
     exercises = ctx.exercises[chapter]
     try:
         prepared = prepare(data, ctx.releases[chapter])
-    except (ValueError, UnicodeDecodeError) as e:
-        result.problem = f"could not be graded ({e}): 0 points"
-        result.rows = [[ex.grade_id, 0, _n(ex.points), "not graded"] for ex in exercises]
-        return result
+    except ValueError as e:  # UnicodeDecodeError too
+        return not_graded(student, chapter, exercises, f"could not be graded ({e}): 0 points")
     result.notes = prepared.notes
     answers, late, result.notebook, why = run_notebook(ctx, prepared, ctx.caches.get(chapter))
     result.phases = {"notebook": round(time.perf_counter() - start, 1), "values": 0.0,
@@ -185,6 +183,12 @@ def grade_one(ctx: Context, student: str, chapter: str, data: bytes) -> Result:
         checks.close()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def not_graded(student: str, chapter: str, exercises: list[Exercise], problem: str) -> Result:
+    """A submission none of whose exercises could be graded: 0 points each, and why."""
+    return Result(student, chapter, [[ex.grade_id, 0, _n(ex.points), "not graded"]
+                                     for ex in exercises], problem=problem)
 
 
 def _n(x: float) -> int | float:

@@ -77,17 +77,62 @@ def _answer_of(cell: dict, ids: set[str]) -> str | None:
     return base if "_answer" in gid and base in ids else None
 
 
+MAX_DEPTH = 64  # levels of JSON nesting; a notebook of Jupyter's needs fewer than 10
+TOO_DEEP = f"the file is not a Jupyter notebook (JSON nested over {MAX_DEPTH} levels deep)"
+
+
+def _depth(value) -> int:
+    """How deeply ``value`` (parsed JSON) nests lists and dicts (no recursion: a deep one is
+    the point)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        value, level = todo.pop()
+        if isinstance(value, (list, dict)):
+            deepest = max(deepest, level)
+            if level > MAX_DEPTH:
+                break
+            todo.extend((v, level + 1) for v in (value.values() if isinstance(value, dict)
+                                                 else value))
+    return deepest
+
+
+def _check_structure(nb) -> None:
+    """Raise ``ValueError`` naming the first part of ``nb`` that no Jupyter notebook has: what
+    :func:`prepare`, the runner and the feedback page take apart must be what they expect."""
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError("the file is not a Jupyter notebook (no list of cells)")
+    if _depth(nb) > MAX_DEPTH:
+        raise ValueError(TOO_DEEP)
+    if not isinstance(nb.get("metadata", {}), dict):
+        raise ValueError("the file is not a Jupyter notebook (its metadata is not a mapping)")
+    for n, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            raise ValueError(f"the file is not a Jupyter notebook (cell {n} is not a code, "
+                             "markdown or raw cell)")
+        text = cell.get("source", "")
+        if not (isinstance(text, str) or (isinstance(text, list) and all(
+                isinstance(line, str) for line in text))):
+            raise ValueError(f"the file is not a Jupyter notebook (the source of cell {n} is "
+                             "not text)")
+        if not isinstance(cell.get("metadata", {}), dict):
+            raise ValueError(f"the file is not a Jupyter notebook (the metadata of cell {n} "
+                             "is not a mapping)")
+        if not isinstance(cell.get("outputs", []), list):
+            raise ValueError(f"the file is not a Jupyter notebook (the outputs of cell {n} "
+                             "are not a list)")
+
+
 def prepare(data: bytes, release: dict) -> Prepared:
     """The notebook to run for a submission (its bytes) of the chapter ``release``.
 
     Raises:
         ValueError: the file is not a notebook (nothing of it can be graded).
     """
-    nb = json.loads(data)
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or not all(
-            isinstance(c, dict) and c.get("cell_type") in ("code", "markdown", "raw")
-            for c in nb["cells"]):
-        raise ValueError("the file is not a Jupyter notebook (no list of cells)")
+    try:
+        nb = json.loads(data)
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
+    _check_structure(nb)
     exercises = exercises_of(release)
     ids = {e.grade_id for e in exercises}
     by_source = {source(e.check_cell).strip(): e.grade_id for e in exercises}
@@ -139,9 +184,8 @@ def prepare(data: bytes, release: dict) -> Prepared:
         ready.append({"grade_id": ex.grade_id, "index": at, "checker": ex.checker,
                       "args": ex.args, "kwargs": ex.kwargs, "source": answer})
     for r in ready:  # positions moved by later insertions
-        r["index"] = next(i for i, c in enumerate(out) if c.get("metadata", {}).get(
-            "nbgrader", {}).get("grade_id") == r["grade_id"] and _meta(c).get("grade")
-            and CHECK_CALL.search(source(c)))
+        r["index"] = next(i for i, c in enumerate(out) if _meta(c).get("grade_id") == r[
+            "grade_id"] and _meta(c).get("grade") and CHECK_CALL.search(source(c)))
     untouched = {r["grade_id"] for r, ex in zip(ready, exercises, strict=True)
                  if r["source"].strip() == ex.answer_source.strip()}
     nb["cells"] = out
