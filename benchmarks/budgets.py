@@ -133,6 +133,10 @@ def time_pipeline() -> list[tuple[str, float, float]]:
 
 
 def main(argv: list[str]) -> int:
+    unknown = [a for a in argv if a not in ("--notebooks-only", "--widgets-only", "--browser-only")]
+    if unknown:  # --help, a typo: say so, instead of running every notebook (minutes)
+        print(__doc__)
+        return 0 if unknown in (["-h"], ["--help"]) else 2
     rows = browser_updates()
     if "--browser-only" not in argv:
         rows += time_pipeline()

@@ -350,8 +350,13 @@ def test_chimera_concatenated_units_pay_intermediate_bubbles_when_tb_exceeds_tf(
             2 * m + p - 2)
         t = simulate(schedule("chimera", p, m), 1.0, 2.0)
         idle[m] = t.makespan - t.work(0)
+        # every device runs m forwards and m backwards (two stages, m/2 microbatches each)
+        assert t.work(0) == pytest.approx(3 * m)
+        ref = _reference_makespan(schedule("chimera", p, m), [1.0] * p)
+        assert idle[m] == pytest.approx(ref - 3 * m)
     assert idle[8] < (p - 1) * 3 < idle[32]
     assert idle[8] < idle[16] < idle[24] < idle[32]
+    assert [idle[m] for m in idle] == pytest.approx([12, 17, 23, 29])  # chapter 8's figures
 
 
 def test_stage_costs_scale_each_devices_ops():
@@ -365,11 +370,15 @@ def test_stage_costs_scale_each_devices_ops():
     naive = simulate(schedule("naive", 4, 3), 1.0, 2.0, stage_costs=[6, 3, 3, 4])
     assert naive.makespan == pytest.approx(3 * 3 * 16)
     # 1F1B against a reference event simulation written here (stage s: F c_s, B 2 c_s)
-    for m in (4, 8, 16):
+    gains = []
+    for m in (4, 8, 16, 64):
         s = schedule("1f1b", 4, m)
         for costs in ([6, 3, 3, 4], [5, 4, 3, 4]):
             t = simulate(s, 1.0, 2.0, stage_costs=costs)
             assert t.makespan == pytest.approx(_reference_makespan(s, costs))
+        gains.append(_reference_makespan(s, [6, 3, 3, 4]) / _reference_makespan(s, [5, 4, 3, 4]))
+    # chapter 8's stage-balance answer: moving one unit from stage 0 to stage 1
+    assert [round(g, 2) for g in gains] == [1.00, 1.11, 1.15, 1.19]
     with pytest.raises(ScheduleError, match="one cost per device"):
         simulate(schedule("1f1b", 4, 8), stage_costs=[1, 2])
     with pytest.raises(ValueError, match="stage_costs"):
