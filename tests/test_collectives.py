@@ -299,6 +299,15 @@ def test_check_bucket_size_admits_every_size_within_the_bound(size, all_reduces,
            capsys=capsys)
 
 
+def test_check_bucket_size_takes_a_size_alone_as_earlier_editions_did(capsys):
+    # the contract: the book's earlier solution (a size in bytes) still passes, and so does a
+    # size with only some of its reasons; a wrong reason still fails
+    passes(tpviz.exercises.check_bucket_size, 16e6, capsys=capsys)
+    passes(tpviz.exercises.check_bucket_size, {"bucket_bytes": 12e6}, capsys=capsys)
+    fails(tpviz.exercises.check_bucket_size, {"bucket_bytes": 16e6, "all_reduces": 3},
+          words="launches 2 all-reduces, not 3")
+
+
 @pytest.mark.parametrize(("answer", "words"), [
     (_bucket(4e6, 8, 9.8), "pays 14 α"),  # one bucket per layer
     (_bucket(8e6, 4, 5.2), "5.20 ms .* more than 5 ms"),  # buckets of 2 gradients
@@ -308,8 +317,7 @@ def test_check_bucket_size_admits_every_size_within_the_bound(size, all_reduces,
     (_bucket(16e6, 2, 4.8), "exposed_ms"),  # another size's exposed time
     (_bucket(16e6, 2, 0.0044), "exposed_ms"),  # seconds, not ms
     (_bucket(-1, 2, 4.4), "bucket_bytes as a size in bytes"),
-    (16e6, "should be a dict"),  # the old form: the size alone, without its reasons
-    ({"bucket_bytes": 16e6}, "no key"),
+    (8e6, "more than 5 ms"),  # the size alone (earlier editions' form), too small
 ])
 def test_check_bucket_size_rejects(answer, words):
     fails(tpviz.exercises.check_bucket_size, answer, words=words)
