@@ -23,3 +23,24 @@ def fails(check, *args, words):
 def stub(check, *args, capsys):
     check(*args)
     assert "not attempted" in capsys.readouterr().out
+
+
+def book_solution(notebook: str, name: str):
+    """The function ``name`` as the book's solution cell in ``book/<notebook>`` defines it, run
+    with the imports the chapters use (NumPy, JAX, math)."""
+    import json
+    import math
+    from pathlib import Path
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    cells = json.loads((Path(__file__).parents[1] / "book" / notebook).read_text())["cells"]
+    for cell in cells:
+        source = "".join(cell["source"])
+        if "# BEGIN SOLUTION" in source and f"def {name}(" in source:
+            scope = {"np": np, "jnp": jnp, "jax": jax, "math": math}
+            exec(compile(source, f"{notebook}:{name}", "exec"), scope)
+            return scope[name]
+    raise LookupError(f"no solution cell of {notebook} defines {name}")

@@ -282,13 +282,45 @@ def test_check_same_as_big_batch(capsys):
     fails(ex.check_same_as_big_batch, {"a": True}, words="keys")
 
 
-def test_check_bucket_size(capsys):
-    ex = tpviz.exercises
-    passes(ex.check_bucket_size, 16e6, capsys=capsys)
-    passes(ex.check_bucket_size, 13e6, capsys=capsys)  # the same two buckets of four layers
-    fails(ex.check_bucket_size, 4e6, words="pays 14 α")
-    fails(ex.check_bucket_size, math.inf, words="waits for the end")
-    fails(ex.check_bucket_size, -1, words="bucket size in bytes")
+def _bucket(size, all_reduces, exposed_ms):
+    return {"bucket_bytes": size, "all_reduces": all_reduces, "exposed_ms": exposed_ms}
+
+
+# By hand: a ring all-reduce of k 4-MB gradients on 8 devices takes 14 α + 1.75 · 4k MB / β
+# = 1.4 + 0.7k ms. Buckets of 4 gradients (sizes in (12, 16] MB): the first starts at 4 ms and
+# ends at 8.2, the second at 12.4, so 4.4 ms are exposed. Of 3 (sizes in (8, 12] MB): 3 + 3.5
+# = 6.5, 6.5 + 3.5 = 10, 10 + 2.8 = 12.8, 4.8 ms. Of 2: 4.8, 7.6, 10.4, 13.2, 5.2 ms. Of 5:
+# 5 + 4.9 = 9.9, 9.9 + 3.5 = 13.4, 5.4 ms. One per layer: 1 + 2.1 · 8 = 17.8 ms, 9.8 exposed.
+@pytest.mark.parametrize(("size", "all_reduces", "exposed_ms"), [
+    (16e6, 2, 4.4), (13e6, 2, 4.4), (12e6, 3, 4.8), (9e6, 3, 4.8)])
+def test_check_bucket_size_admits_every_size_within_the_bound(size, all_reduces, exposed_ms,
+                                                              capsys):
+    passes(tpviz.exercises.check_bucket_size, _bucket(size, all_reduces, exposed_ms),
+           capsys=capsys)
+
+
+def test_check_bucket_size_takes_a_size_alone_as_earlier_editions_did(capsys):
+    # the contract: the book's earlier solution (a size in bytes) still passes, and so does a
+    # size with only some of its reasons; a wrong reason still fails
+    passes(tpviz.exercises.check_bucket_size, 16e6, capsys=capsys)
+    passes(tpviz.exercises.check_bucket_size, {"bucket_bytes": 12e6}, capsys=capsys)
+    fails(tpviz.exercises.check_bucket_size, {"bucket_bytes": 16e6, "all_reduces": 3},
+          words="launches 2 all-reduces, not 3")
+
+
+@pytest.mark.parametrize(("answer", "words"), [
+    (_bucket(4e6, 8, 9.8), "pays 14 α"),  # one bucket per layer
+    (_bucket(8e6, 4, 5.2), "5.20 ms .* more than 5 ms"),  # buckets of 2 gradients
+    (_bucket(20e6, 2, 5.4), "5.40 ms .* waits for the end"),  # buckets of 5
+    (_bucket(math.inf, 1, 7.0), "waits for the end"),  # one bucket
+    (_bucket(16e6, 4, 4.4), "launches 2 all-reduces, not 4"),  # the count is wrong
+    (_bucket(16e6, 2, 4.8), "exposed_ms"),  # another size's exposed time
+    (_bucket(16e6, 2, 0.0044), "exposed_ms"),  # seconds, not ms
+    (_bucket(-1, 2, 4.4), "bucket_bytes as a size in bytes"),
+    (8e6, "more than 5 ms"),  # the size alone (earlier editions' form), too small
+])
+def test_check_bucket_size_rejects(answer, words):
+    fails(tpviz.exercises.check_bucket_size, answer, words=words)
 
 
 def test_explore_renders_and_reports_bad_settings():

@@ -8,6 +8,7 @@ import pytest
 from checking import fails, passes, stub
 
 import tpviz
+from tpviz import collectives
 from tpviz import exercises as ex
 from tpviz.core import hardware as hw
 
@@ -139,6 +140,18 @@ def _from_device_0(block, axes):  # forgets `me`: every position counted from de
             from_right = jax.lax.ppermute(from_right, axes, [(i, (i - 1) % k) for i in range(k)])
             out = out.at[s].set(from_right)
     return out.reshape(-1, block.shape[1])
+
+
+def _library_ring(block, axes):  # chapter 1's ring all-gather plan, followed (one way round)
+    n = jax.lax.axis_size(axes)
+    flat = block.reshape(-1)
+    plan = collectives.plan("ring", "all-gather", n, 4 * flat.size * n)
+    return collectives.follow(plan, axes)(flat).reshape(n * block.shape[0], block.shape[1])
+
+
+def test_fast_gather_refuses_the_librarys_ring():
+    """Issue 39, mutation pass: the tpviz-library shortcut for 2.7 (gap 8)."""
+    fails(ex.check_fast_gather, _library_ring, words=r"write what `tpviz\.collectives\.")
 
 
 def test_fast_gather_rejects_the_chapters_axis_name_written_in():

@@ -179,3 +179,20 @@ def test_matmul_design_checker(capsys):
     _fails(check, "In[B_X, D]", "W1[D, F_Y]", 192 * mib, ms, words="bytes per device")
     _fails(check, "In[B_X, D]", "W1[D, F_Y]", 256 * mib, 1.1 * ms, words="your time in ms")
     _fails(check, "In[B_X, D]", "W1[D, F_X]", 256 * mib, ms, words="not a valid plan")
+    # In whole, W1 over Y only: 128 + 128 + an Out[B, F_Y] of 128 MiB
+    _fails(check, "In[B, D]", "W1[D, F_Y]", 384 * mib, 2 * ms, words="over the 256 MiB")
+
+
+def test_matmul_design_admits_more_than_one_answer(capsys):
+    """Issue 39, gap 4: other pairs of layouts meet both budgets and pass."""
+    mib, check = 2**20, tpviz.exercises.check_matmul_design
+    compute = 2 * 8192 * 8192 * 4096 / 1.97e14  # every design's FLOPs per chip, / R of v5e
+    # In whole, W1 over all 8 chips: 128 + [8192, 4096] 64 + Out[B, F_XY] 64 MiB, nothing moves
+    check("In[B, D]", "W1[D, F_XY]", 256 * mib, compute * 1e3)
+    assert "✓" in capsys.readouterr().out
+    # case 3 over X, F over Y: 64 + 64 MiB of blocks and a partial Out[B, F_Y] of 128 MiB,
+    # all-reduced over X, a line of 2: 2 · (1/2) · 128 MiB over one 4.5e10 B/s link, 2 hops of
+    # 1 µs; the larger of it and the compute
+    reduce = 2 * (1 / 2) * 128 * mib / 4.5e10 + 2e-6
+    check("In[B, D_X]", "W1[D_X, F_Y]", 256 * mib, max(compute, reduce) * 1e3)
+    assert "✓" in capsys.readouterr().out

@@ -227,7 +227,11 @@ def test_specific_checkers_take_numpy_fraction_and_refuse_extra_keys():
     exercises.check_server_seconds(np.float64(want))
     best, _line = cx.buckets.best_bucket(cx.BUCKET_TIMES, cx.BUCKET_BYTES, devices=cx.BUCKET_K,
                                          alpha=cx.BUCKET_ALPHA, beta=cx.BUCKET_BETA)
-    exercises.check_bucket_size(np.int64(best))
+    line = cx.buckets.simulate(cx.BUCKET_TIMES, cx.BUCKET_BYTES, best, devices=cx.BUCKET_K,
+                               alpha=cx.BUCKET_ALPHA, beta=cx.BUCKET_BETA)
+    exercises.check_bucket_size({"bucket_bytes": np.int64(best),
+                                 "all_reduces": np.int64(len(line.buckets)),
+                                 "exposed_ms": Fraction(line.exposed * 1e3)})
     exercises.check_same_as_big_batch({k: np.bool_(v) for k, v in cx.TRUTH.items()})
     with pytest.raises(ExerciseFailed, match="'efficiency', which this exercise does not use"):
         exercises.check_3d_design({"t": 8, "p": 2, "d": 4, "microbatch": 1, "zero_stage": 1,

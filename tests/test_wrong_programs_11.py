@@ -108,7 +108,16 @@ def _whole_exchanged(g):  # the whole g to the other replica by all-to-all, then
     return jax.lax.dynamic_slice_in_dim(got[0] + got[1], r * h, h, axis=0)
 
 
+def _replica_of_eight(g):  # the replica read off the chapter's 8-device grid: 4 per replica
+    r, h = jax.lax.axis_index(("data", "tensor")) // 4, g.shape[0] // 2
+    mine = jax.lax.dynamic_slice_in_dim(g, r * h, h, axis=0)
+    theirs = jax.lax.dynamic_slice_in_dim(g, (1 - r) * h, h, axis=0)
+    return mine + jax.lax.ppermute(theirs, "data", [(0, 1), (1, 0)])
+
+
 GRID_SCATTER_WRONG = {
+    "right on the 2 × 4 mesh only": (_replica_of_eight,
+                                     "right on the 2×4 mesh .* but on the 2×2 mesh"),
     "chapter 4's g": (lambda g: jax.lax.dynamic_slice_in_dim(
         megatron.reduce_from_tp_region(g, "data"), jax.lax.axis_index("data") * (g.shape[0] // 2),
         g.shape[0] // 2, axis=0), r"write what `tpviz\.megatron\.reduce_from_tp_region`"),

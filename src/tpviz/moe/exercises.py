@@ -70,11 +70,16 @@ def check_dropped(answer) -> str:
 
 @checker("GShard's drop order")
 def check_keep(fn) -> str:
-    """``fn(experts, num_experts, capacity)`` -> bool [T, k]: the choices that fit."""
+    """``fn(experts, num_experts, capacity)`` -> bool [T, k]: the choices that fit, on fixed
+    cases and one drawn at each check."""
     cases = [(CHOICES, 4, 4), (CHOICES, 4, 2)]
-    rng = np.random.default_rng(0)
-    for t, e, k, c in ((16, 4, 2, 3), (12, 3, 3, 5), (10, 5, 1, 1)):
-        cases.append((top_k(rng.standard_normal((t, e)) + np.linspace(1, 0, e), k)[0], e, c))
+    rng, drawn = np.random.default_rng(0), np.random.default_rng()  # drawn: new at each check
+    e = int(drawn.integers(3, 9))
+    sizes = (int(drawn.integers(8, 33)), e, int(drawn.integers(1, min(e, 4) + 1)),
+             int(drawn.integers(1, 6)))
+    for (t, e, k, c), r in (((16, 4, 2, 3), rng), ((12, 3, 3, 5), rng), ((10, 5, 1, 1), rng),
+                            (sizes, drawn)):
+        cases.append((top_k(r.standard_normal((t, e)) + np.linspace(1, 0, e), k)[0], e, c))
     for experts, e, c in cases:
         got = np.asarray(plain(harness.guarded(fn, experts.copy(), e, c, what="your keep",
                                                names=ROUTING), "your keep"))
@@ -98,10 +103,14 @@ def check_keep(fn) -> str:
 
 @checker("The load-balancing loss")
 def check_aux_loss(fn) -> str:
-    """``fn(probs[T, E], experts[T, k], weight)`` -> Switch's λ·E·Σ f_i·P_i (λ = ``weight``)."""
-    rng = np.random.default_rng(1)
-    for t, e, k in ((32, 4, 1), (64, 8, 2), (30, 6, 3)):
-        logits = rng.standard_normal((t, e)) + np.linspace(2, 0, e)
+    """``fn(probs[T, E], experts[T, k], weight)`` -> Switch's λ·E·Σ f_i·P_i (λ = ``weight``), on
+    fixed cases and one drawn at each check."""
+    rng, drawn = np.random.default_rng(1), np.random.default_rng()  # drawn: new at each check
+    e = int(drawn.integers(3, 11))
+    sizes = (int(drawn.integers(16, 65)), e, int(drawn.integers(1, min(e, 4) + 1)))
+    for (t, e, k), r in (((32, 4, 1), rng), ((64, 8, 2), rng), ((30, 6, 3), rng),
+                         (sizes, drawn)):
+        logits = r.standard_normal((t, e)) + np.linspace(2, 0, e)
         probs, experts = softmax(logits), top_k(logits, k)[0]
         want = aux_loss(probs, experts, 0.01)
         got = plain(harness.guarded(fn, probs, experts, 0.01, what="your aux_loss",

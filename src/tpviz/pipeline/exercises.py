@@ -20,10 +20,27 @@ BALANCE_CASES = [([4, 1, 1, 1, 1, 4], 3), ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3),
                  ([2, 2, 2, 2, 2, 2, 2, 9], 2), ([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], 5)]
 
 
+def _drawn_order(rng) -> tuple[int, int, int]:
+    """One (p, m, d) drawn at each check (p ≤ 48, m ≤ 96: about 110,000 cases), not one of
+    ORDER_CASES: a table of the library's orders made before the check cannot answer it."""
+    while True:
+        p = int(rng.integers(2, 49))
+        case = (p, int(rng.integers(1, 97)), int(rng.integers(0, p)))
+        if case not in ORDER_CASES:
+            return case
+
+
+def _drawn_costs(rng) -> tuple[list[int], int]:
+    """One (costs, p) drawn at each check: 6–12 layers of cost 1–9, 2–5 stages."""
+    costs = [int(c) for c in rng.integers(1, 10, size=int(rng.integers(6, 13)))]
+    return costs, int(rng.integers(2, 6))
+
+
 @checker("The 1F1B order of one device")
 def check_one_f_one_b(fn) -> str:
-    """``fn(p, m, d)`` → device d's ops as a list of ``("F", i)`` / ``("B", i)``."""
-    for p, m, d in ORDER_CASES:
+    """``fn(p, m, d)`` → device d's ops as a list of ``("F", i)`` / ``("B", i)``, on fixed
+    cases and one drawn at each check."""
+    for p, m, d in [*ORDER_CASES, _drawn_order(np.random.default_rng())]:
         got = plain(harness.guarded(fn, p, m, d, what=f"one_f_one_b({p}, {m}, {d})",
                                     names=SCHEDULES), "your order")
         want = [(op.kind, op.microbatch) for op in schedule("1f1b", p, m).ops[d]]
@@ -92,8 +109,9 @@ def check_microbatches(answer) -> str:
 
 @checker("Balanced stages")
 def check_balance(fn) -> str:
-    """``fn(costs, p)`` → how many consecutive layers each of the p stages gets."""
-    for costs, p in BALANCE_CASES:
+    """``fn(costs, p)`` → how many consecutive layers each of the p stages gets, on fixed cases
+    and one drawn at each check."""
+    for costs, p in [*BALANCE_CASES, _drawn_costs(np.random.default_rng())]:
         sizes = plain(harness.guarded(fn, list(costs), p, what=f"your function on {costs}, p={p}",
                                       names=BALANCE), "your split")
         try:
