@@ -4,9 +4,12 @@ and the roofline's table and figure disagreeing on the dtype."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import pkgutil
 import re
+from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
@@ -66,6 +69,43 @@ def test_a_b200_at_fp8_has_twice_the_bf16_ridge():
     # 4.5 PFLOP/s fp8 and 2.3 PFLOP/s bf16 over 8 TB/s (NVIDIA's B200 datasheet): 562 and 288
     assert "ridge 562" in machines.render_roofline("B200", True, 256)[0]
     assert "ridge 288" in machines.render_roofline("B200", False, 256)[0]
+
+
+def _roofline_calls():
+    """Every call of a function named ``roofline`` in tpviz's source: (where, the function
+    called, the names of the arguments the call binds)."""
+    root = Path(tpviz.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        module = None  # imported only where it calls a roofline (some modules need torch)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            chain = [f.attr, f.value.id] if (isinstance(f, ast.Attribute)
+                                             and isinstance(f.value, ast.Name)) else \
+                [f.id] if isinstance(f, ast.Name) else []
+            if not chain or chain[0] != "roofline":
+                continue
+            module = module or importlib.import_module(
+                "tpviz." + ".".join(path.relative_to(root).with_suffix("").parts)
+                .removesuffix(".__init__"))
+            called = module
+            for name in reversed(chain):
+                called = getattr(called, name)
+            sig = inspect.signature(called)
+            bound = sig.bind_partial(*[None] * len(node.args),
+                                     **{k.arg: None for k in node.keywords if k.arg})
+            yield f"{path.relative_to(root)}:{node.lineno}", called, set(bound.arguments)
+
+
+def test_every_roofline_call_names_its_dtype():
+    """``hw.roofline`` and chapter 2's roofline figure price bf16 unless told: a call that
+    leaves the dtype out priced int8 and fp8 at bf16 (the table's ridge 288 against the
+    figure's 562 on a B200)."""
+    calls = list(_roofline_calls())
+    assert len(calls) >= 8  # machines: draw, explore ×3, exercises; inference.plan ×4
+    missing = [where for where, _, names in calls if "dtype" not in names]
+    assert missing == [], f"roofline called without its dtype at {missing}"
 
 
 @pytest.mark.parametrize("chip", machines.CHIPS)
