@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -115,6 +116,13 @@ class ChapterRun(pytest.Item):
         if result.err is not None:
             raise ChapterFailed(result.exc_string or repr(result.err))
         _store(nb, self.path, result.time)
+        # saved as run (outputs and widget state), it must stay small enough to keep and mail
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
+        import saved_size
+
+        message = saved_size.too_large(nb, self.path.name)
+        if message:
+            raise ChapterFailed(message)
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, ChapterFailed):

@@ -4,17 +4,22 @@ and the roofline's table and figure disagreeing on the dtype."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import pkgutil
 import re
+from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
 
 import tpviz
 from tpviz.core.figcheck import layout_problems
-from tpviz.core.figures import figure
+from tpviz.core.figures import figure, png
+from tpviz.inference.explore import render_decode
 from tpviz.machines import explore as machines
+from tpviz.megatron.explore import render_megatron
 from tpviz.pipeline import draw as pipeline_draw
 from tpviz.pipeline.explore import render_pipeline
 from tpviz.pipeline.plan import NAMES, schedule
@@ -66,6 +71,43 @@ def test_a_b200_at_fp8_has_twice_the_bf16_ridge():
     assert "ridge 288" in machines.render_roofline("B200", False, 256)[0]
 
 
+def _roofline_calls():
+    """Every call of a function named ``roofline`` in tpviz's source: (where, the function
+    called, the names of the arguments the call binds)."""
+    root = Path(tpviz.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        module = None  # imported only where it calls a roofline (some modules need torch)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            chain = [f.attr, f.value.id] if (isinstance(f, ast.Attribute)
+                                             and isinstance(f.value, ast.Name)) else \
+                [f.id] if isinstance(f, ast.Name) else []
+            if not chain or chain[0] != "roofline":
+                continue
+            module = module or importlib.import_module(
+                "tpviz." + ".".join(path.relative_to(root).with_suffix("").parts)
+                .removesuffix(".__init__"))
+            called = module
+            for name in reversed(chain):
+                called = getattr(called, name)
+            sig = inspect.signature(called)
+            bound = sig.bind_partial(*[None] * len(node.args),
+                                     **{k.arg: None for k in node.keywords if k.arg})
+            yield f"{path.relative_to(root)}:{node.lineno}", called, set(bound.arguments)
+
+
+def test_every_roofline_call_names_its_dtype():
+    """``hw.roofline`` and chapter 2's roofline figure price bf16 unless told: a call that
+    leaves the dtype out priced int8 and fp8 at bf16 (the table's ridge 288 against the
+    figure's 562 on a B200)."""
+    calls = list(_roofline_calls())
+    assert len(calls) >= 8  # machines: draw, explore ×3, exercises; inference.plan ×4
+    missing = [where for where, _, names in calls if "dtype" not in names]
+    assert missing == [], f"roofline called without its dtype at {missing}"
+
+
 @pytest.mark.parametrize("chip", machines.CHIPS)
 def test_the_rooflines_labels_never_overlap(chip):
     """Batches a factor of 2 apart (512 next to 1024) once put their labels on one line."""
@@ -104,15 +146,47 @@ def test_the_memory_plots_legend_leaves_every_line_visible(name):
         assert layout_problems(pipeline_draw.memory(t)) == [], (name, stages, microbatches)
 
 
+# --- chapter 4's Megatron MLP and chapter 14's decode step -------------------------------------
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4, 8, 16])
+def test_the_megatron_figure_reads_at_every_size(devices):
+    """At 16 devices and F = 8H the narrow arrays' titles (W2, Out) overlapped and passed the
+    right edge; at 8 devices and F = H the devices' names overlapped in their strips; in float32
+    the footer passed the right edge."""
+    for hidden, tokens, heads in [(12288, 8192, 96), (256, 256, 16)]:
+        for ffn_ratio in (1, 3, 8):
+            for dtype in ("bf16", "float32"):
+                fig = render_megatron(devices, hidden, ffn_ratio, heads, tokens, dtype)
+                found = layout_problems(fig)
+                assert found == [], (devices, hidden, ffn_ratio, tokens, dtype, found)
+
+
+@pytest.mark.parametrize("chips", [1, 16, 256])
+def test_the_decode_figures_legends_leave_every_line_visible(chips):
+    """At 256 H100s, batch 512, the left legend covered the FLOPs line (its four lines span the
+    whole batch axis); on one chip, where LLaMA-3 70B fits at no batch, the figure failed to
+    draw (log axes of no data)."""
+    for system in ("TPU v5e", "H100"):
+        for model, context in [("LLaMA-3 70B", 131072), ("LLaMA-3 8B", 1024)]:
+            for dtype in ("bf16", "int8"):
+                fig = render_decode(model, system, chips, 512, context, dtype)[1]
+                found = layout_problems(fig)
+                assert found == [], (model, system, chips, context, dtype, found)
+
+
+def test_the_decode_figure_says_when_no_batch_fits():
+    fig = render_decode("LLaMA-3 70B", "H100", 1, 1, 1024, "bf16")[1]
+    words = [t.get_text() for t in fig.axes[1].texts]
+    assert words == ["at no batch does the model\nfit in 1 × H100's HBM"]
+    assert png(fig)[:4] == b"\x89PNG"
+
+
 # --- every explorer, at the settings its benchmarks time ----------------------------------------
 
 # Problems still in explorers' figures (measured with this check, not yet fixed): the list may
 # only get shorter. Each entry: (topic, render function) -> how many settings show a problem.
-STILL_WRONG: dict[tuple[str, str], int] = {
-    # the narrow arrays' titles (W2, Out) overlap and pass the right edge at 16 devices, F = 8H
-    ("megatron", "render_megatron"): 1,
-    # chapter 14 (new): the legend covers the FLOPs line at 256 chips, batch 512
-    ("inference", "render_decode"): 1}
+STILL_WRONG: dict[tuple[str, str], int] = {}
 
 
 def _benchmarked():

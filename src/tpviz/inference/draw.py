@@ -47,7 +47,7 @@ def decode_times(model: Any_, system: str, chips: int, context: Index, dtype: st
     """Left: one decode step's terms against the batch (reading the weights, reading the
     caches, the FLOPs, the all-reduces), B_crit dotted. Right: latency per token against
     throughput per chip, one curve per context, for the batches that fit in HBM."""
-    fig = column_figure(3.2)
+    fig = column_figure(3.8)
     left, right = fig.subplots(1, 2)
     steps = [decode(model, system, chips, b, context, dtype) for b in batches]
     terms = {"weights (HBM)": [s.matmul.memory_s for s in steps],
@@ -65,23 +65,35 @@ def decode_times(model: Any_, system: str, chips: int, context: Index, dtype: st
                    fontsize=SMALL_PT)
     left.set_xlabel("batch B")
     left.set_ylabel("ms per step")
-    left.legend(fontsize=SMALL_PT - 1)
+    fitted = False
     for s, colour in zip(contexts, colours, strict=False):
         fit = [d for d in (decode(model, system, chips, b, s, dtype) for b in batches) if d.fits]
+        fitted |= bool(fit)
         right.plot([d.per_chip for d in fit], [d.seconds * 1e3 for d in fit], marker="o",
                    markersize=3, color=colour, label=f"S = {s:,}")
     right.set_xlabel("tokens/s per chip")
     right.set_ylabel("ms per token")
     right.set_title("latency against throughput", fontsize=SMALL_PT)
-    right.legend(fontsize=SMALL_PT - 1)
-    for ax in (left, right):
+    # both legends under the plots: lines that span a whole axis leave no free corner inside
+    for ax, x in ((left, 0.005), (right, 0.53))[:1 + fitted]:
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower left", bbox_to_anchor=(x, 0),
+                   ncol=2, fontsize=SMALL_PT - 1, frameon=False, handlelength=1.5,
+                   columnspacing=1.0)
+    for ax in (left, right) if fitted else (left,):
         ax.set_xscale("log", base=2 if ax is left else 10)
         ax.set_yscale("log")
         ax.minorticks_off()  # (with fixed margins: the explorer's redraw stays fast)
+    for ax in (left, right):
         ax.tick_params(labelsize=SMALL_PT)
-    right.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    right.yaxis.set_major_formatter(ScalarFormatter())
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.84, wspace=0.32)
+    if fitted:
+        right.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        right.yaxis.set_major_formatter(ScalarFormatter())
+    else:  # (log axes of no data fail to draw)
+        right.set_xticks([])
+        right.set_yticks([])
+        right.text(0.5, 0.5, f"at no batch does the model\nfit in {chips} × {system}'s HBM",
+                   ha="center", va="center", fontsize=SMALL_PT, transform=right.transAxes)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.27, top=0.88, wspace=0.32)
     return fig
 
 

@@ -27,13 +27,20 @@ def mlp(p: Plan, footer: str = "") -> Figure:
     arrays = [("In: all", (t, h), whole), ("W1: columns", (h, f), columns),
               ("Tmp = gelu(In W1)", (t, f), columns), ("W2: rows", (f, h), rows),
               ("Out: all-reduced", (t, h), whole)]
-    height = 3.6 + 0.45 * bool(footer)
+    lines = footer.count("\n") + 1 if footer else 0
+    below = 0.25 + 0.15 * lines  # inches under the arrays: the footer's lines
+    height = 3.35 + below
     fig = column_figure(height)
     widest = max(s[1] for _, s, _ in arrays)
-    widths = [max(s[1], widest / 3) / widest for _, s, _ in arrays]  # panel widths, as before
+    # a narrow array's panel is at least half the widest: its title, up to 13 digits wide,
+    # then stays clear of its neighbours' and of the image's edge (at F = 8H, a third was not)
+    widths = [max(s[1], widest / 2) / widest for _, s, _ in arrays]
     gap = 0.35 * sum(widths) / len(widths)  # matplotlib's wspace: a fraction of the mean width
-    ax = fig.add_axes((0.045, (0.25 + 0.45 * bool(footer)) / height, 0.935,
-                       1 - (1.70 + 0.45 * bool(footer)) / height))
+    ax = fig.add_axes((0.045, below / height, 0.935, 1 - (1.45 + below) / height))
+    # pixels per unit of panel width, and per array height: a device's name is written in its
+    # block only where it fits (about 7 px a character, 13 px a line at SMALL_PT)
+    px_wide = 0.935 * fig.get_figwidth() * fig.dpi / (sum(widths) + gap * (len(widths) - 1))
+    px_high = (fig.get_figheight() - 1.45 - below) * fig.dpi
     if footer:
         fig.text(0.01, 0.01, footer, fontsize=SMALL_PT)
     boxes, faces, x0 = [], [], 0.0
@@ -47,7 +54,10 @@ def mlp(p: Plan, footer: str = "") -> Figure:
             top, bottom = rs.start / shape[0], rs.stop / shape[0]
             boxes.append(((left, top), (right, top), (right, bottom), (left, bottom)))
             faces.append(colour)
-            if labels:
+            name = device_label(b.devices).split("\n")
+            fits = ((right - left) * px_wide >= 7 * max(map(len, name)) + 4
+                    and (bottom - top) * px_high >= 13 * len(name) + 2)
+            if labels and fits:
                 ax.text((left + right) / 2, (top + bottom) / 2, device_label(b.devices),
                         ha="center", va="center", fontsize=SMALL_PT, color=text_colour(colour))
         ax.text(x0 + w / 2, -0.03, title.replace(": ", ":\n").replace(" = ", "\n= ")

@@ -20,9 +20,9 @@ def render_megatron(devices: int, hidden: int, ffn_ratio: int, heads: int, token
     mb = 2**20
     return mlp(p, footer=(
         f"whole block (attention + MLP): weights {p.weight_bytes / mb:,.1f} MiB, "
-        f"{p.weight_bytes_per_device / mb:,.1f} MiB per device; {p.heads // devices} of "
-        f"{p.heads} heads per device\nper training step: {p.forward_all_reduces} + "
-        f"{p.backward_all_reduces} all-reduces of {p.all_reduce_bytes / mb:,.2f} MiB → each "
+        f"{p.weight_bytes_per_device / mb:,.1f} MiB per device,\n{p.heads // devices} of "
+        f"{p.heads} heads per device; per training step: {p.forward_all_reduces} + "
+        f"{p.backward_all_reduces} all-reduces of {p.all_reduce_bytes / mb:,.2f} MiB\n→ each "
         f"device sends {p.ring_bytes_per_step / mb:,.2f} MiB (ring)"))
 
 
