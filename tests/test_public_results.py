@@ -123,3 +123,56 @@ def test_a_returned_tpviz_record_with_a_nan_field_is_an_error():
     with pytest.raises(ArgumentError, match="the result is NaN in its makespan"):
         _returning(type(t), t)()
 
+
+
+# --- what benchmarks/probe_round2.py found --------------------------------------------------
+
+def _second_probe_cases():
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    from tpviz import autoshard, context, inference, layouts, moe, together
+
+    probs = moe.softmax(np.random.default_rng(0).normal(size=(16, 8)))
+    experts = np.stack([np.arange(16) % 8, (np.arange(16) + 1) % 8], axis=1)
+    mesh = {"X": 2, "Y": 4}
+    return [
+        (lambda: layouts.replication(P("X", "X"), mesh), "spec: mesh axis 'X' is used twice"),
+        (lambda: layouts.replication(P("X", "Y", "X"), mesh), "used twice"),
+        (lambda: layouts.shard_shape((8, 16), P("X", "X"), mesh), "spec: mesh axis"),
+        (lambda: layouts.to_notation(P("X", None), ndim=1), "ndim = 1, but spec"),
+        (lambda: moe.aux_loss(-probs, experts), "probs holds"),
+        (lambda: moe.aux_loss(probs, experts + 8), "experts holds 8 to 15"),
+        (lambda: moe.aux_loss(probs, experts - 9), "experts holds -9"),
+        (lambda: together.Model("x", 2, 64, 3), "hidden = 64 does not divide into heads = 3"),
+        (lambda: together.Model("x", 2, 64, 4, kv_heads=3), "kv_heads = 3"),
+        (lambda: together.Model("", 2, 64, 4), "name must be a non-empty string"),
+        (lambda: together.activation_bytes(2048, 1, 2560, 3), "heads=3 must divide hidden"),
+        (lambda: autoshard.layouts((), mesh), "shape = ()"),
+        (lambda: inference.slice_shape("TPU v5e", 3), "chips = 3"),
+        (lambda: inference.slice_shape("TPU v5e", 10**12), "chips"),
+        (lambda: context.mesh_of(8, ulysses=3), "ulysses = 3 must divide devices = 8"),
+        (lambda: tpviz.make_mesh((2, 4), ("X", "X")), "axis_names"),
+    ]
+
+
+def test_what_the_second_probe_found_is_refused_with_the_arguments_name():
+    tpviz.setup_devices(8)
+    for call, words in _second_probe_cases():
+        with pytest.raises(TpvizError) as info:
+            call()
+        assert words in str(info.value), str(info.value)
+
+
+def test_the_valid_neighbours_of_the_second_probes_cases_still_work():
+    from jax.sharding import PartitionSpec as P
+
+    from tpviz import autoshard, inference, layouts, together
+
+    assert layouts.replication(P("X", None), {"X": 2, "Y": 4}) == 4  # Y's 4 devices share
+    assert layouts.to_notation(P("X", None), ndim=3) == "A[I_X, J, K]"
+    assert inference.slice_shape("TPU v5e", 16) == (4, 4)
+    assert inference.slice_shape("TPU v5e", 8) == (4, 2)
+    assert together.Model("x", 2, 64, 4, kv_heads=2).K == 2
+    assert together.Model("x", 2, 64, 3, head_dim=16).d == 16  # head_dim given: no division
+    assert len(autoshard.layouts((8, 16), {"X": 2})) == 3  # X on rows, on columns, or on neither
