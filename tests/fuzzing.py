@@ -70,7 +70,7 @@ def roots() -> list[types.ModuleType]:
 def walk() -> dict[str, object]:
     """label -> function, method or constructor: everything public, each once."""
     import tpviz
-    from tpviz.core.publish import members
+    from tpviz.core.publish import declared, members
 
     found: dict[str, object] = {}
     seen: set[int] = set()
@@ -98,6 +98,8 @@ def walk() -> dict[str, object]:
 
     for module in roots():
         visit(module, module.__name__.removeprefix("tpviz."), 0)
+        for sub in declared(module.__name__):  # a submodule's own __all__: public too
+            visit(sub, sub.__name__.removeprefix("tpviz."), 1)
     for name in ("setup_devices", "make_mesh"):
         found[f"tpviz.{name}"] = getattr(tpviz, name)
     return found

@@ -239,7 +239,7 @@ def make_mesh(
             f"{len(axis_names)}; give one name per axis."
         )
     if len(set(axis_names)) != len(axis_names):
-        raise ShardingError(f"make_mesh: axis names {axis_names} repeat a name; use distinct ones.")
+        raise ShardingError(f"make_mesh: axis_names {axis_names} repeat a name; use distinct ones.")
     shape = tuple(validate.integer(f"make_mesh: shape[{i}]", s) for i, s in enumerate(shape))
     if devices is None:
         devices = chosen_devices()

@@ -15,10 +15,14 @@ from typing import Annotated
 
 from tpviz.core import validate
 from tpviz.core.compound import Seq
+from tpviz.core.kinds import OneOf, Share
 from tpviz.core.rules import Choice
 from tpviz.errors import ScheduleError
 from tpviz.pipeline import schedule, simulate, steady_state
 from tpviz.pipeline.plan import ZOO
+
+# public: published by tpviz.asyncpipe (the chapter calls ``formulas.paper_bubble``)
+__all__ = ["FORMULAS", "Row", "paper_bubble", "row", "table"]
 
 #: name -> (source, bubble as the paper writes it, staleness of stage s, weight copies of s)
 FORMULAS = {
@@ -56,17 +60,19 @@ class Row:
     peak_activations: tuple[int, ...]
 
 
-def paper_bubble(name: str, p: int, m: int) -> float:
-    """The number the paper's bubble formula gives at t_F = t_W = 1 (t_B = 1 input part)."""
-    name = validate.choice("name", name, tuple(FORMULAS), error=ScheduleError)
-    p = validate.integer("p", p, maximum=10**6)
-    m = validate.integer("m", m, maximum=10**9)
+def paper_bubble(name: OneOf(tuple(FORMULAS)), p: int, m: int) -> Share:
+    """The number the paper's bubble formula gives at t_F = t_W = 1 (t_B = 1 input part), a
+    fraction of the device-time: only where the paper's schedule exists (Chimera and DualPipe
+    pair device d with device p-1-d, so p is even)."""
+    if name == "chimera" and m % p:
+        raise ScheduleError(f"paper_bubble: Chimera's formula (p - 2)/(2m + p - 2) holds for "
+                            f"m a multiple of p; got p = {p}, m = {m}.")
+    if name in ("chimera", "dualpipe") and p % 2:
+        raise ScheduleError(f"paper_bubble: {name} pairs device d with device p-1-d, so p (the "
+                            f"stages) must be even; got p = {p}. Try {p + 1}.")
     if name in ("1f1b", "pipedream", "2bw", "pipemare", "ampnet"):
         return (p - 1) / (m + p - 1)
     if name == "chimera":
-        if m % p:
-            raise ScheduleError(f"paper_bubble: Chimera's formula (p - 2)/(2m + p - 2) holds for "
-                                f"m a multiple of p; got p = {p}, m = {m}.")
         return (p - 2) / (2 * m + p - 2)
     if name in ("zb-h2", "zb-v"):
         return 0.0

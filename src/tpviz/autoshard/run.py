@@ -51,7 +51,7 @@ def _apply(op: Op, args, w):
     return jnp.sum(args[0], axis=1, keepdims=True)  # sum over the columns
 
 
-def function(graph: Graph, solution: Solution | None = None, mesh=None):
+def function(graph: Graph, solution: Solution | None = None, mesh: JaxMesh | None = None):
     """``f(x_and_weights: dict) -> {output name: array}`` (every op no other op reads); with a
     solution and a mesh, every op's inputs, weight and output constrained to its strategy."""
     def constrain(a, spec):
@@ -79,7 +79,7 @@ def function(graph: Graph, solution: Solution | None = None, mesh=None):
     return f
 
 
-def shardings(graph: Graph, solution: Solution, mesh) -> dict[str, NamedSharding]:
+def shardings(graph: Graph, solution: Solution, mesh: JaxMesh) -> dict[str, NamedSharding]:
     """The arguments' shardings: each weight as its matmul's strategy wants it, each graph input
     in its chosen layout (an input read once: as its reader wants it)."""
     out = {name: NamedSharding(mesh, solution.choice[name].out_spec)

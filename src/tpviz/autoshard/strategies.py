@@ -69,6 +69,9 @@ def _spec(dims: list[list[str]]) -> P:
 def layouts(shape: Sizes(), mesh_shape: MeshShape) -> list[P]:
     """Every layout of a matrix: each mesh axis on rows, on columns or on neither (3^k of
     them), keeping those whose sizes divide."""
+    if len(shape) != 2:
+        raise ShardingError(f"shape = {tuple(shape)}: layouts lists the layouts of a matrix; "
+                            f"give its (rows, columns).")
     names, found = list(mesh_shape), []
     for where in itertools.product((None, 0, 1), repeat=len(names)):
         dims: list[list[str]] = [[], []]

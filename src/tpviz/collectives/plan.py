@@ -35,6 +35,10 @@ from tpviz.core.collectives import Collective
 from tpviz.core.kinds import Amount, Devices, OneOf, Rate, Time
 from tpviz.errors import ArgumentError
 
+# public: published by tpviz.collectives (book and benchmarks call ``plan.time``)
+__all__ = ["ALGORITHMS", "MAX_DEVICES", "OPS", "CollectivePlan", "Move", "Send", "crossover",
+           "line", "lower_bound", "plan", "time"]
+
 ALGORITHMS = ("parameter-server", "naive", "tree", "ring", "halving-doubling")
 OPS = ("all-reduce", "all-gather", "reduce-scatter")
 
@@ -277,8 +281,6 @@ def line(algorithm: str, op: str, devices: int) -> tuple[int, float]:
 def time(algorithm: OneOf(ALGORITHMS), devices: Devices, nbytes: Amount, alpha: Time,
          beta: Rate, op: OneOf(OPS) = "all-reduce") -> Time:
     """Seconds of ``plan(algorithm, op, devices, nbytes).time(alpha, beta)``, quickly."""
-    _nonnegative(nbytes, "nbytes")
-    _positive(beta, "beta")
     steps, slope = line(algorithm, op, devices)
     return steps * alpha + slope * nbytes / beta
 

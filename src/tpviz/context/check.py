@@ -55,6 +55,9 @@ def mesh_of(devices: Devices, axis: str = AXIS, ulysses: int | None = None):
                             f"tpviz.setup_devices({devices}) first (restart the kernel), or ask "
                             "for fewer.")
     if ulysses is not None:
+        if devices % ulysses:
+            raise ShardingError(f"ulysses = {ulysses} must divide devices = {devices} (usp's "
+                                f"mesh is devices/ulysses × ulysses).")
         return make_mesh((devices // ulysses, ulysses), (RING_AXIS, ULYSSES_AXIS),
                          devices=available[:devices])
     return make_mesh((devices,), (axis,), devices=available[:devices])

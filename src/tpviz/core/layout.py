@@ -90,8 +90,8 @@ def validate_spec(shape: Sizes(), spec: SpecLike, mesh_shape: MeshShape) -> Part
                 )
             if axis in seen:
                 raise ShardingError(
-                    f"mesh axis {axis!r} is used twice in {spec}; a mesh axis can split only one "
-                    "dimension of an array."
+                    f"spec: mesh axis {axis!r} is used twice in {spec}; a mesh axis can split "
+                    "only one dimension of an array."
                 )
             seen.append(axis)
         parts = math.prod(mesh_shape[a] for a in axes_of(entry))
@@ -144,7 +144,12 @@ def bytes_per_device(shape: Sizes(), dtype: Dtype, spec: SpecLike, mesh_shape: M
 def replication(spec: SpecLike, mesh_shape: MeshShape) -> int:
     """How many devices hold each block: the product of the mesh axes the spec does not use."""
     mesh_shape = _validate.mesh_shape("mesh_shape", mesh_shape)
-    used = {a for e in as_spec(spec) for a in axes_of(e)}
+    named = [a for e in as_spec(spec) for a in axes_of(e)]
+    used = set(named)
+    if len(used) < len(named):
+        twice = next(a for a in named if named.count(a) > 1)
+        raise ShardingError(f"spec: mesh axis {twice!r} is used twice in {spec!r}; a mesh axis "
+                            "can split only one dimension of an array.")
     if used - set(mesh_shape):
         raise ShardingError(f"spec {spec!r} uses mesh axis {sorted(used - set(mesh_shape))[0]!r}, "
                             f"which mesh_shape {mesh_shape} does not have.")

@@ -103,6 +103,9 @@ def to_notation(spec: PartitionSpec, name: str = "A", dims: Sequence[str] | None
                 ndim: Size(64, "an array has at most a few dimensions", minimum=0) | None = None
                 ) -> str:
     """Print a ``PartitionSpec`` in the notation: ``P("X", None)`` -> ``"A[I_X, J]"``."""
+    if ndim is not None and ndim < len(spec):
+        raise NotationError(f"ndim = {ndim}, but spec {spec} has {len(spec)} entries, one per "
+                            f"dimension: give ndim >= {len(spec)}, or leave it out.")
     ndim = max(len(spec), ndim or 0, len(dims or ()))
     if dims and len(dims) != ndim:
         raise NotationError(f"dims = {tuple(dims)!r} names {len(dims)} dimension(s), but the "

@@ -25,10 +25,22 @@ def publish(namespace: dict, *, error: type[Exception] = ArgumentError) -> None:
         elif obj is not None:
             namespace[name] = _publish_one(obj, error, f"{package}.{name}")
     explore = sys.modules.get(f"{package}.explore")  # its render_* functions: benchmarks' too
-    if explore is not None:
-        for inner in members(explore):
-            setattr(explore, inner, _publish_one(getattr(explore, inner), error,
-                                                 f"{explore.__name__}.{inner}"))
+    for module in ([explore] if explore is not None else []) + declared(package):
+        for inner in members(module):
+            setattr(module, inner, _publish_one(getattr(module, inner), error,
+                                                f"{module.__name__}.{inner}"))
+
+
+def declared(package: str) -> list[types.ModuleType]:
+    """The package's loaded submodules that declare an ``__all__`` of their own: what the book
+    calls by the module's path (``tpviz.collectives.plan.time``) is public too, though the
+    package does not re-export it. Not ``core``'s: they are the machinery (``kinds``,
+    ``verify``), and ``core``'s own ``__all__`` says what of it is public."""
+    if package == "tpviz.core":
+        return []
+    return [m for name, m in sorted(sys.modules.items())
+            if name.startswith(f"{package}.") and "." not in name[len(package) + 1:]
+            and isinstance(m, types.ModuleType) and "__all__" in vars(m)]
 
 
 def members(module: types.ModuleType) -> list[str]:

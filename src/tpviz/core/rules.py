@@ -56,6 +56,15 @@ class Int(Rule):
             raise error(f"{name} = {plain:,} is more than the bound of {self.maximum:,} ({why}); "
                         f"give a smaller value.")
 
+    def result(self, value):  # a count, size or index returned: never NaN nor below 0
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return ""
+        if math.isnan(value):
+            return "NaN"
+        if self.minimum is not None and value < min(self.minimum, 0):
+            return f"{value:g}, below 0"
+        return ""
+
 
 class Real(Rule):
     """A real number, finite unless ``infinite``, ``> 0`` if ``positive``, within bounds."""

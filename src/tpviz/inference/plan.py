@@ -100,6 +100,7 @@ def slice_shape(system: OneOf(lambda: hw.TPUS), chips: int) -> tuple[int, ...]:
     """The TPU slice of ``chips`` chips (a power of two): the sizes doubled axis by axis, the
     largest first, as Google's topologies go: v5e 2x2, 4x2, 4x4, 8x4, …, 16x16; v5p 2x2x1,
     2x2x2, 4x2x2, …, 4x4x4 (google2024tpuv5e, google2024tpuv5p)."""
+    chips = check_chips(system, chips)  # a power of two, up to the pod
     dims = len(hw.TPUS[system].pod)
     shape = [1] * dims
     k = int(math.log2(chips))

@@ -209,6 +209,12 @@ def aux_loss(probs: ArrayOf("T E", finite=True), experts: ArrayOf("T K", integer
     """
     probs, experts = np.asarray(probs, np.float64), np.asarray(experts)
     e = probs.shape[1]
+    if probs.min() < 0 or probs.max() > 1 + 1e-6:  # a float32 softmax may round up
+        raise ArgumentError(f"probs holds {probs.min():g} to {probs.max():g}; router "
+                            f"probabilities lie in [0, 1] (a softmax over the experts).")
+    if not 0 <= experts.min() <= experts.max() < e:
+        raise ArgumentError(f"experts holds {experts.min()} to {experts.max()}; each must be an "
+                            f"expert's index, 0 to {e - 1} (probs has {e} experts).")
     f = np.bincount(experts.ravel(), minlength=e) / experts.size
     return float(weight * e * np.sum(f * probs.mean(0)))
 

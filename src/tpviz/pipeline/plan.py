@@ -48,15 +48,8 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
                                                          ("microbatches", microbatches),
                                                          ("chunks", chunks)))
     name = validate.choice("name", name, NAMES + ZOO, error=ScheduleError)
-    ops = (3 if name in ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev") else 2
-           ) * stages * microbatches * chunks
-    if ops > MAX_OPS:
-        raise ScheduleError(
-            f"{stages:,} stages × {microbatches:,} microbatches × {chunks} chunks make {ops:,} "
-            f"ops, more than the {MAX_OPS:,} a schedule holds here (each op is a Python tuple: "
-            "per million, about 2 s to build and simulate and 0.2 GB). Use fewer stages or "
-            "microbatches; "
-            "bubble_formula gives the bubble of any size instantly.")
+    _bounded((3 if name in ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev") else 2),
+             stages, microbatches, chunks)
     if name != "interleaved" and chunks != 1:
         raise ScheduleError(f"{name!r} runs one chunk per device; use 'interleaved' for "
                             f"chunks={chunks}.")
@@ -82,6 +75,18 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
     return Schedule(name, stages, microbatches, chunks, tuple(tuple(o) for o in ops))
 
 
+
+def _bounded(per_op: int, stages: int, microbatches: int, chunks: int) -> None:
+    ops = per_op * stages * microbatches * chunks
+    if ops > MAX_OPS:
+        raise ScheduleError(
+            f"{stages:,} stages × {microbatches:,} microbatches × {chunks} chunks make {ops:,} "
+            f"ops, more than the {MAX_OPS:,} a schedule holds here (each op is a Python tuple: "
+            "per million, about 2 s to build and simulate and 0.2 GB). Use fewer stages or "
+            "microbatches; "
+            "bubble_formula gives the bubble of any size instantly.")
+
+
 def chimera(stages: int, microbatches: int, backward_ticks: int = 1) -> Schedule:
     """Chimera's op order built in lock step for a backward ``backward_ticks`` times as long
     as a forward. ``backward_ticks=1`` is ``schedule("chimera", ...)``, Li & Hoefler's order
@@ -95,6 +100,7 @@ def chimera(stages: int, microbatches: int, backward_ticks: int = 1) -> Schedule
                             for label, value in (("stages", stages),
                                                  ("microbatches", microbatches)))
     ticks = validate.integer("backward_ticks", backward_ticks, maximum=4, error=ScheduleError)
+    _bounded(2, stages, microbatches, 1)
     with no_gc():
         ops = tuple(map(tuple, zoo.build("chimera", stages, microbatches, ticks)))
     return Schedule("chimera", stages, microbatches, 1, ops, "bidirectional")

@@ -78,6 +78,9 @@ def activation_bytes(seq: int, batch: int, hidden: int, heads: int, tensor: Devi
     s, b, h, a = (validate.integer(n, v) for n, v in
                   (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)))
     t = validate.integer("tensor", tensor)
+    if h % a:
+        raise ArgumentError(f"heads={a} must divide hidden={h} (each head is hidden / heads "
+                            f"wide); use a divisor of {h}.")
     recompute = validate.choice("recompute", recompute, RECOMPUTE)
     sp = bool(validate.instance("sequence_parallel", sequence_parallel, bool, "True or False"))
     for name, n in (("hidden", h), ("heads", a), *((("seq", s),) if sp else ())):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpviz.core.kinds import Count, Index
+from tpviz.errors import ArgumentError
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,21 @@ class Model:
     experts: Count = 1
     top_k: Count = 1
     source: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ArgumentError(f"Model: name must be a non-empty string, got {self.name!r}.")
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ArgumentError(f"Model {self.name!r}: heads = {self.heads} is not a multiple of "
+                                f"kv_heads = {self.kv_heads}; each key-value head serves a whole "
+                                f"group of query heads.")
+        if not self.head_dim and self.hidden % self.heads:
+            raise ArgumentError(f"Model {self.name!r}: hidden = {self.hidden} does not divide "
+                                f"into heads = {self.heads} (the head size is hidden / heads); "
+                                f"give heads a divisor of {self.hidden}, or head_dim.")
+        if self.top_k > self.experts:
+            raise ArgumentError(f"Model {self.name!r}: top_k = {self.top_k} is more than its "
+                                f"experts = {self.experts}.")
 
     @property
     def F(self) -> int:
