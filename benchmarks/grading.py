@@ -15,8 +15,10 @@ the CPU time before the first submission starts (nbgrader's release and the comp
 warm-up, one process at a time); and from these an estimate of the wall time on an idle machine
 with ``--cores`` cores (2 by default): the part before the submissions, plus the rest divided
 by the cores the workers can use. The machine the book is tested on is shared, so the wall time
-alone says little there. ``--warm`` then grades the same submissions again (``--regrade``) with
-the release and the compile cache kept from the first run, as a second run of the class does.
+alone says little there. ``--no-sandbox`` grades without bubblewrap, so that two runs give the
+sandbox's overhead per submission. ``--warm`` then grades the same submissions again
+(``--regrade``) with the release and the compile cache kept from the first run, as a second run
+of the class does.
 Each run also reports the seconds of each submission (its ``Result.seconds``, from the first
 cell to its last verdict, while the other worker grades another) and the highest one-minute
 load average seen during the run. Exits 1 if a grade is not the expected one or an estimate
@@ -107,7 +109,8 @@ def grade(folder: Path, args, regrade: bool) -> dict:
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = subprocess.Popen([sys.executable, "-m", "tpviz.grading.grade", "submissions", "grades",
                             "--book", str(ROOT / "book"), "--workers", str(args.workers),
-                            *(["--regrade"] if regrade else [])],
+                            *(["--regrade"] if regrade else []),
+                            *(["--no-sandbox"] if args.no_sandbox else [])],
                            cwd=folder, env=env, stderr=subprocess.PIPE, text=True)
     meter, before = CpuMeter(run.pid), None
     for line in run.stderr:
@@ -150,6 +153,9 @@ def main() -> int:
     parser.add_argument("--cores", type=int, default=2, help="cores of the idle machine")
     parser.add_argument("--warm", action="store_true",
                         help="grade again with the release and compile cache kept")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="grade without bubblewrap (to measure the sandbox's overhead "
+                             "against a run with it)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="tpviz-grading-benchmark-"))
     expected = hand_in(folder, args.chapter, args.submissions)
