@@ -170,9 +170,12 @@ def quantized(image: Image.Image) -> Image.Image:
     commonest one it stands for: a figure's flat areas (its background, its blocks) keep their
     exact colour, where median cut alone gives them the mean of their neighbours'."""
     out = image.quantize(COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
-    rgb = np.asarray(image, np.uint64).reshape(-1, 3)
-    index = np.asarray(out, np.uint64).reshape(-1)
-    key = index << 24 | rgb[:, 0] << 16 | rgb[:, 1] << 8 | rgb[:, 2]
+    # one 32-bit key a pixel, its palette entry above its colour (a 10-Mpixel animation strip
+    # in 40 MB a copy: 64-bit keys and colours took 600 MB and failed under a 1 GiB cap)
+    rgb = np.asarray(image, np.uint8).reshape(-1, 3)
+    key = np.asarray(out, np.uint32).reshape(-1) << 24
+    for shift, channel in ((16, 0), (8, 1), (0, 2)):
+        key |= rgb[:, channel].astype(np.uint32) << shift
     keys, counts = np.unique(key, return_counts=True)
     keys = keys[np.argsort(counts, kind="stable")][::-1]  # commonest first
     entries, first = np.unique(keys >> 24, return_index=True)
