@@ -38,8 +38,9 @@ def _full_colour(fig) -> np.ndarray:
     return np.asarray(Image.open(buf).convert("RGBA")), len(buf.getvalue())
 
 
-# 4.6 in is 459.99999999999994 px, which Agg draws as 460; 4.555 in, 455.5 px, as 455
-@pytest.mark.parametrize("height", [4.6, 4.555, 3.1])
+# 4.6 in is 459.99999999999994 px, which Agg draws as 460 rows in matplotlib 3.11 and 459 in
+# Colab's 3.10; 4.555 in, 455.5 px, as 455
+@pytest.mark.parametrize("height", [4.6, 4.555, 3.1, 2.0])
 def test_a_figure_is_an_8_bit_png_that_looks_as_drawn_at_a_third_the_bytes(height):
     fig = _busy_figure(height=height)
     drawn, full_bytes = _full_colour(fig)
@@ -47,8 +48,9 @@ def test_a_figure_is_an_8_bit_png_that_looks_as_drawn_at_a_third_the_bytes(heigh
     image = Image.open(io.BytesIO(data))
     assert image.mode == "P" and image.size == (drawn.shape[1], drawn.shape[0])
     error = np.abs(np.asarray(image.convert("RGB"), int) - drawn[..., :3].astype(int)).max(-1)
-    # each pixel moves by about 1 of 255 on average; the few worst are anti-aliased edges
-    assert error.mean() < 1.5 and np.percentile(error, 99) <= 16
+    # each pixel moves by about 1 of 255 on average; the few worst are anti-aliased edges (the
+    # 99th percentile measured 14-18 of 255 over heights 2-5.3 in, matplotlib 3.10 and 3.11)
+    assert error.mean() < 1.5 and np.percentile(error, 99) <= 24
     assert (error > 32).mean() < 0.01
     assert len(data) < full_bytes / 2.5
 

@@ -186,6 +186,16 @@ def quantized(image: Image.Image) -> Image.Image:
     return out
 
 
+def _agg_size(size_px: np.ndarray, count: int) -> tuple[int, int]:
+    """The whole-pixel (width, height) within a pixel of ``size_px`` that has ``count`` pixels
+    ((0, 0) where none has)."""
+    for width in sorted({int(np.floor(size_px[0])), int(np.ceil(size_px[0])), round(size_px[0])}):
+        height, rest = divmod(count, max(width, 1))
+        if not rest and abs(height - size_px[1]) < 1:
+            return width, height
+    return 0, 0
+
+
 def png(fig: Figure) -> bytes:
     """The figure as an 8-bit PNG at 100 dpi (a full-colour one where it has see-through parts).
 
@@ -194,11 +204,12 @@ def png(fig: Figure) -> bytes:
     """
     buf = io.BytesIO()
     fig.savefig(buf, format="rgba", dpi=100)  # layouts are fixed or constrained: no "tight" pass
-    # Agg's size: whole pixels, a size within 1e-8 of the next one rounded up (4.6 in: 460 px)
-    width, height = (int(np.floor(inches * 100 + 1e-8)) for inches in fig.get_size_inches())
+    # Agg draws whole pixels, and matplotlib versions round differently (4.6 in at 100 dpi is
+    # 459.99999999999994 px: 3.10 draws 459 rows, 3.11 460): read the size from the buffer
     pixels = np.frombuffer(buf.getbuffer(), np.uint8)
+    width, height = _agg_size(fig.get_size_inches() * 100, pixels.size // 4)
     out = io.BytesIO()
-    if pixels.size != width * height * 4:  # not Agg's size (never seen): matplotlib's own PNG
+    if width * height * 4 != pixels.size:  # not Agg's size (never seen): matplotlib's own PNG
         fig.savefig(out, format="png", dpi=100)
         return out.getvalue()
     pixels = pixels.reshape(height, width, 4)
