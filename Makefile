@@ -28,7 +28,7 @@ PYTHON313 ?= $(or $(shell ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.13.*/bi
 # the test run of every environment: unit tests and every chapter. The pinned one executes each
 # chapter as one test into the book's execution cache (conftest.py, --chapters-into-cache), so
 # that `make book` builds from those runs; the others run the chapters under nbval.
-PYTEST := -m pytest tests book -n 2 --dist loadfile -p no:cacheprovider --ignore=tests/browser
+PYTEST := -m pytest tests book -n 2 --dist loadfile -p no:cacheprovider --ignore=tests/browser --durations=40
 # every environment's install: uv when it can (same resolution as pip, faster), else pip
 INSTALL := tools/install.py
 # ipykernel 6 on Python 3.13 (colab) starts debugpy, which warns about frozen modules
