@@ -145,6 +145,7 @@ class ChapterRun(pytest.Item):
                 report = _run_apart(self.path, out)
                 if report and not report["timed_out"]:
                     nb = nbformat.read(out, as_version=4)
+                    answers = _answer_kinds(out + ".answers")
                     break
             if attempt == 2:
                 raise ChapterFailed(f"its kernel stopped answering twice (a cell waited "
@@ -154,6 +155,10 @@ class ChapterRun(pytest.Item):
         if report["error"] is not None:
             raise ChapterFailed(report["error"])
         _store(nb, self.path, report["seconds"])
+        routes = _wrong_routes(self.path, answers)
+        if routes:
+            raise ChapterFailed("the grader would judge these exercises the wrong way "
+                                "(tpviz.grading.prepare):\n" + "\n".join(routes))
         # saved as run (outputs and widget state), it must stay small enough to keep and mail
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tools"))
         import saved_size
@@ -173,6 +178,43 @@ class ChapterRun(pytest.Item):
 
 class ChapterFailed(Exception):
     pass
+
+
+def _answer_kinds(path: str) -> dict[str, set[bool]]:
+    """``{checker: {whether its answers were plain data}}`` from a chapter run's log."""
+    kinds: dict[str, set[bool]] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                entry = json.loads(line)
+                kinds.setdefault(entry["checker"], set()).add(entry["plain"])
+    return kinds
+
+
+def _wrong_routes(path, answers: dict[str, set[bool]]) -> list[str]:
+    """Each graded exercise whose book answer the grader would route the wrong way: an object
+    sent to the judge of plain data (scored 0), or plain data let into the function check (a
+    learner's object would run beside the checker)."""
+    import nbformat
+
+    from tpviz.grading import metadata, prepare, student
+
+    release = nbformat.read(path, as_version=4)
+    for cell in release.cells:
+        if cell.cell_type == "code":
+            cell.source = student.strip_solutions(metadata.source(cell))
+    problems = []
+    for ex in prepare.exercises_of(release):
+        kinds = answers.get(ex.checker)
+        if not kinds:
+            problems.append(f"{ex.checker}: never called in the chapter")
+        elif False in kinds and not ex.takes_code:
+            problems.append(f"{ex.checker}: the book's answer is an object, graded as plain "
+                            "data (add it to prepare.OBJECT_ANSWERS)")
+        elif kinds == {True} and ex.takes_code:
+            problems.append(f"{ex.checker}: the book's answer is plain data, graded by running "
+                            "it (add it to prepare.PLAIN_ANSWERS)")
+    return problems
 
 
 def _store(nb, path, seconds: float) -> None:

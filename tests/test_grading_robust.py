@@ -216,3 +216,43 @@ def test_the_bar_shows_the_time_left_from_the_graded_ones_only(monkeypatch):
         f"[{'#' * 15}{'.' * 15}] 2/4 0:30 elapsed, about 1:00 left",
         f"[{'#' * 22}{'.' * 8}] 3/4 0:50 elapsed, about 0:25 left",
         f"[{'#' * 30}] 4/4 1:15 elapsed, done"]
+
+
+class _NoFunctionCheck:
+    """A function-check server that fails the test if it is asked anything."""
+
+    def ask(self, request):
+        raise RuntimeError(f"the answer to {request['checker']} reached the function check")
+
+    def close(self):
+        pass
+
+
+def test_the_release_not_the_submission_decides_how_an_answer_is_judged():
+    """The sandbox writes whether an answer is code; a value exercise answered with an object
+    (whose __float__ or __eq__ could read the expected value beside the checker) scores 0
+    without running it, while a build exercise's function goes to the function check."""
+    from tpviz.grading import jobs
+
+    value = Exercise("v", 1.0, "check_holders", ["holders"], {}, {}, "holders = ...  # TODO")
+    build = Exercise("b", 3.0, "check_total", ["total", "x"], {}, {},
+                     "def block_total(x):\n    raise NotImplementedError\ntotal = ...")
+    assert not value.takes_code and build.takes_code
+    sent = {"args": [{"code": "holders", "callable": False}], "kwargs": {}, "code": True,
+            "source": "class Sly: ...\nholders = Sly()", "context": {}}
+    status, message = jobs.judge_one(None, value, sent, False, _NoFunctionCheck())
+    assert status == "wrong" and "plain data" in message and "not run" in message
+    with pytest.raises(RuntimeError, match="reached the function check"):
+        jobs.judge_one(SimpleNamespace(timeout=1), build, sent, False, _NoFunctionCheck())
+
+
+@pytest.mark.parametrize("checker, stub, code", [
+    ("check_x", "x = ...  # TODO: your code here", False),
+    ("check_x", "def f(a):\n    raise NotImplementedError\ny = ...", True),
+    ("check_x", "class Plan:\n    pass", True),
+    ("check_tp_plan", "tp_plan = ...", True),  # torch's ParallelStyle objects
+    ("check_memory_cap", "def helper():\n    pass\nchoice = ...", False),  # a design's helper
+    ("check_x", "%time x = ...", False),
+])
+def test_an_exercise_takes_code_by_its_release(checker, stub, code):
+    assert Exercise("g", 1.0, checker, [], {}, {}, stub).takes_code is code

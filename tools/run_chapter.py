@@ -5,7 +5,8 @@ kernel that stops answering can be ended, with everything it started, and the ch
     python tools/run_chapter.py CHAPTER.ipynb OUT.ipynb CELL_SECONDS
 
 OUT.ipynb.json says how long it took, the error (None when every cell ran) and whether a cell
-timed out (no answer from the kernel in CELL_SECONDS).
+timed out (no answer from the kernel in CELL_SECONDS); OUT.ipynb.answers has a line per checker
+call saying whether its answer was plain data.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ def main(path: str, out: str, cell_seconds: int) -> None:
     from nbclient.exceptions import CellTimeoutError
 
     nb = nbformat.read(path, as_version=4)
+    # each checker call writes whether its answer is plain data (conftest.py compares this
+    # with the grader's route, tpviz.grading.prepare); the kernel inherits the variable
+    os.environ["TPVIZ_ANSWER_LOG"] = out + ".answers"
     result = single_nb_execution(nb, cwd=os.path.dirname(os.path.abspath(path)),
                                  timeout=cell_seconds, allow_errors=False)
     nbformat.write(nb, out)

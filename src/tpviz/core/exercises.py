@@ -164,6 +164,29 @@ def _judge(body: Callable, args, kwargs) -> tuple[str, str]:
         return "wrong", f"your answer could not be checked ({type(e).__name__}: {e})."
 
 
+ANSWER_LOG_ENV = "TPVIZ_ANSWER_LOG"  # make test: a file where each check writes its answer's kind
+
+
+def _log_answer_kind(name: str, args: tuple, kwargs: dict) -> None:
+    """Append ``{"checker": name, "plain": ...}`` to the file named by ``TPVIZ_ANSWER_LOG``:
+    whether the answer is plain data, which the grader judges without running it (make test
+    compares this with the route the release gives, :mod:`tpviz.grading.prepare`)."""
+    import json
+
+    from tpviz.grading.plain import NotPlain, encode
+
+    try:
+        for value in (*args, *kwargs.values()):
+            encode(value)
+        plain = True
+    except NotPlain:
+        plain = False
+    except Exception:  # an answer that cannot be read: the check itself says so
+        return
+    with open(os.environ[ANSWER_LOG_ENV], "a") as f:
+        f.write(json.dumps({"checker": name, "plain": plain}) + "\n")
+
+
 def checker(title: str) -> Callable:
     """Decorate a checker body: report ✓, ✗ (raising :class:`ExerciseFailed`) or not attempted.
 
@@ -173,6 +196,8 @@ def checker(title: str) -> Callable:
     def wrap(body: Callable) -> Callable:
         @functools.wraps(body)
         def check(*args, **kwargs):
+            if os.environ.get(ANSWER_LOG_ENV):
+                _log_answer_kind(body.__name__, args, kwargs)
             limit = CHECK_TIME_LIMIT_S
             try:
                 status, text = run_limited(_judge, body, args, kwargs, seconds=limit)

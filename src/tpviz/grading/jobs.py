@@ -145,6 +145,11 @@ def judge_one(ctx: Context, ex: Exercise, data: dict | None, untouched: bool,
     if data.get("code"):
         if untouched:
             return "stub", "✗ not attempted yet."
+        if not ex.takes_code:  # decided by the release: the submission cannot choose its judge
+            return "wrong", ("✗ this exercise's answer is plain data (a number, text, or a list, "
+                             "tuple or dict of them; NumPy and JAX arrays, PartitionSpecs and "
+                             "meshes too), and yours is an object of your own; the grader does "
+                             "not run it. Give the value itself.")
         return function_verdict(checks, ex, data, STARTUP_S + ctx.timeout)
     return ctx.judge(ex.checker, [s["value"] for s in data["args"]],
                      {k: s["value"] for k, s in data["kwargs"].items()})

@@ -21,6 +21,15 @@ from tpviz.grading.metadata import CHECK_CALL, source
 
 CHECKER = re.compile(r"^check_\w+$")
 
+# Where the release's stub alone does not say how an answer is graded (see Exercise.takes_code).
+# make test checks both lists against every chapter's own answers (conftest.py, ChapterRun):
+# checkers whose answer is an object that plain data cannot carry, and whose stub defines no
+# function: 13.3 and 13.6 take torch's ParallelStyle objects (ColwiseParallel(), ...);
+OBJECT_ANSWERS = frozenset({"check_tp_plan", "check_sp_plan"})
+# design exercises whose stub defines helper functions but whose answer is plain data.
+PLAIN_ANSWERS = frozenset({"check_bucket_size", "check_zero_design", "check_mesh_design",
+                           "check_memory_cap", "check_design", "check_draft_length"})
+
 
 @dataclass(frozen=True)
 class Exercise:
@@ -31,6 +40,29 @@ class Exercise:
     kwargs: dict[str, str]
     check_cell: dict  # the release's
     answer_source: str  # the release's (the stub)
+
+    @property
+    def takes_code(self) -> bool:
+        """Whether the answer may be code, graded by running it (a function exercise): decided
+        by the release, never by the submission. Its stub defines a function or class (a build
+        exercise; not a design whose helpers make a plain answer, :data:`PLAIN_ANSWERS`), or its
+        checker takes objects (:data:`OBJECT_ANSWERS`); any other answer is plain data, judged
+        by a process that never runs the learner's code."""
+        if self.checker in OBJECT_ANSWERS:
+            return True
+        return self.checker not in PLAIN_ANSWERS and defines_code(self.answer_source)
+
+
+def defines_code(text: str) -> bool:
+    """Whether Python source ``text`` defines a function or a class (anywhere in it)."""
+    from tpviz.grading.capture import transformed
+
+    try:
+        tree = ast.parse(transformed(text))
+    except SyntaxError:
+        return False
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+               for n in ast.walk(tree))
 
 
 @dataclass
