@@ -256,3 +256,39 @@ def test_the_release_not_the_submission_decides_how_an_answer_is_judged():
 ])
 def test_an_exercise_takes_code_by_its_release(checker, stub, code):
     assert Exercise("g", 1.0, checker, [], {}, {}, stub).takes_code is code
+
+
+STOPPED_IN_RELEASE = """
+import sys, time
+from tpviz.grading import grade, release
+
+def forever(self, *args):  # nbgrader's release step, stopped while it runs
+    print(self.root, flush=True)
+    time.sleep(600)
+
+release.Course.nbgrader = forever
+sys.exit(grade.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_a_run_stopped_while_releasing_removes_the_course_with_the_solutions(
+        tmp_path, signal_name):
+    import signal
+    import subprocess
+    import sys
+
+    chapter = sorted(BOOK.glob("[0-9]*.ipynb"))[0]
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    (tmp_path / "subs" / "alice" / chapter.name).write_bytes(chapter.read_bytes())
+    run = subprocess.Popen([sys.executable, "-c", STOPPED_IN_RELEASE, str(tmp_path / "subs"),
+                            str(tmp_path / "out"), "--book", str(BOOK), "--no-sandbox"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        course = Path(run.stdout.readline().strip())
+        assert course.name.startswith("tpviz-course-") and (course / "source").is_dir()
+        run.send_signal(getattr(signal, signal_name))
+        assert run.wait(timeout=60) == 130, run.stderr.read()
+    finally:
+        run.kill()
+    assert not course.exists()

@@ -261,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
                         "notebooks only)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    # SIGTERM and SIGHUP end the run as Ctrl-C does, at any step (the release's temporary
+    # course, which holds the solutions, is removed on the way out)
+    stops = (signal.SIGTERM, signal.SIGHUP)
+    previous = [signal.signal(s, signal.default_int_handler) for s in stops] if (
+        threading.current_thread() is threading.main_thread()) else []
     try:
         rows = grade(args.submissions, args.out, book=args.book, timeout=args.timeout,
                      force=args.force, workers=args.workers, regrade=args.regrade,
@@ -270,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        for s, handler in zip(stops, previous, strict=False):
+            signal.signal(s, handler)
     subs = len({(r["student"], r["chapter"]) for r in rows})
     print(f"graded {subs} submissions in {time.perf_counter() - start:.0f} s: "
           f"{args.out / 'grades.csv'}, feedback in {args.out / 'feedback'}")
