@@ -257,3 +257,36 @@ def test_a_function_answer_cannot_reach_into_its_checker_or_the_next():
     finally:
         checks.close()
         other.close()
+
+
+LIMITS = """
+import resource, numpy as np
+print(resource.getrlimit(resource.RLIMIT_AS)[0], resource.getrlimit(resource.RLIMIT_NPROC)[0])
+small = np.ones(2**24)  # 128 MiB
+try:
+    big = np.ones(2**29)  # 4 GiB, past the sandbox's 3
+    print("allocated")
+except MemoryError:
+    print("refused")
+"""
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_a_sandbox_caps_each_process_memory_and_the_users_processes(unsafe):
+    """A submission allocating past its cap fails there (a MemoryError in its own process),
+    not the machine; the cap on processes sits above the user's own count (Linux exempts root
+    from it, so only its value can be checked here)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("nbgrader", reason="the instructor extra: pip install -e '.[instructor]'")
+    from tpviz.grading.isolate import PROCESSES, Sandbox, default_memory
+
+    assert default_memory(workers=1) >= default_memory(workers=4) >= 6 * 2**30
+    sandbox = Sandbox(memory=3 * 2**30, unsafe=unsafe)
+    run = sandbox.popen([sys.executable, "-c", LIMITS], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+    out, err = run.communicate(timeout=120)
+    memory, processes, verdict = out.split()
+    assert int(memory) == 3 * 2**30 and verdict == "refused", err
+    assert PROCESSES < int(processes) < 10**6

@@ -37,7 +37,7 @@ from tpviz.errors import GradingError
 from tpviz.grading import inner
 from tpviz.grading.feedback import Pages, fallback_page, summary_page
 from tpviz.grading.files import check_writable, refuse_inside, write_all
-from tpviz.grading.isolate import Sandbox
+from tpviz.grading.isolate import Sandbox, default_memory
 from tpviz.grading.jobs import CACHE, Cache, Context, Result, code_digest, grade_one, not_graded
 from tpviz.grading.prepare import exercises_of
 from tpviz.grading.progress import Progress
@@ -114,7 +114,7 @@ def _line(r: Result, kept: bool) -> str:
 def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
           timeout: int = DEFAULT_TIMEOUT_S, force: bool = False,
           workers: int = DEFAULT_WORKERS, regrade: bool = False,
-          unsafe: bool = False) -> list[dict]:
+          unsafe: bool = False, memory: int | None = None) -> list[dict]:
     """Grade every submission; write ``out/grades.csv`` and the feedback; return the rows of
     grades.csv as dicts. Raises ``KeyboardInterrupt`` after a clean stop (the graded ones are
     kept in the cache, nothing else is written)."""
@@ -130,7 +130,8 @@ def grade(submissions: Path, out: Path, *, book: Path = Path("book"),
     check_writable(out, ["grades.csv", *(f"feedback/{s}.html" for s in students),
                          *(f"feedback/{s}/{c}.html" for s, subs in found.items() for c in subs)],
                    force=force)  # before the long part: refuse early
-    sandbox = Sandbox(unsafe=unsafe, hidden=(book, submissions, out))
+    sandbox = Sandbox(unsafe=unsafe, hidden=(book, submissions, out),
+                      memory=memory or default_memory(workers))
     digest = code_digest()
     releases = released_chapters(chapters(book, names), out / CACHE / ".releases", digest,
                                  timeout=timeout) if names else {}
@@ -256,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="grade every submission again, even those unchanged since graded")
     parser.add_argument("--force", action="store_true",
                         help="replace files in the output folder changed since tpviz wrote them")
+    parser.add_argument("--memory", type=float, default=None, metavar="GIB",
+                        help="the most memory (address space, GiB) one process of a "
+                        "submission may take (default: 90%% of the machine's over --workers, "
+                        "at least 6)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="grade without a sandbox where none can be made (UNSAFE: trusted "
                         "notebooks only)")
@@ -269,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = grade(args.submissions, args.out, book=args.book, timeout=args.timeout,
                      force=args.force, workers=args.workers, regrade=args.regrade,
-                     unsafe=args.no_sandbox)
+                     unsafe=args.no_sandbox,
+                     memory=int(args.memory * 2**30) if args.memory else None)
     except GradingError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

