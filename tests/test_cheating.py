@@ -290,3 +290,15 @@ def test_a_sandbox_caps_each_process_memory_and_the_users_processes(unsafe):
     memory, processes, verdict = out.split()
     assert int(memory) == 3 * 2**30 and verdict == "refused", err
     assert PROCESSES < int(processes) < 10**6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stand_in", ["functools.partial(jax.lax.all_to_all)",
+                                      "functools.lru_cache(None)(jax.lax.all_to_all)"])
+def test_a_library_function_swapped_for_a_stand_in_voids_the_check(stand_in):
+    """Not only objects of the learner's own classes: any object put where a library function
+    was (a partial, a cache around it) makes the check not count, though the program is
+    right. (A unittest.mock import is refused earlier: it reads frames.)"""
+    source = f"import functools\nimport jax\njax.lax.all_to_all = {stand_in}\n"
+    (verdict,) = _fnrun(source + RIGHT, "check_explicit_reshard", "to_rows")
+    assert verdict["status"] == "wrong" and "replaced part of the library" in verdict["message"]

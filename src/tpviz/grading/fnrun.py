@@ -103,14 +103,27 @@ def _learners(value) -> bool:
             or getattr(value, "__module__", None) == "__main__")
 
 
+def _replaced(old, new) -> bool:
+    """Whether ``new`` took the place of ``old``: something the learner's code made, or any
+    other object put where a function, class or module was (a ``MagicMock``, a ``partial``, a
+    namespace standing in for ``jax.lax``). The library's own lazy set-up changes flags and
+    caches, never its functions (seen: two booleans of JAX's compilation cache)."""
+    if new is old:
+        return False
+    if _learners(new):
+        return True
+    import inspect
+
+    return inspect.isroutine(old) or inspect.isclass(old) or inspect.ismodule(old)
+
+
 def _changed(before: dict) -> list[str]:
-    """Names in the library's modules that now hold something the learner's code made (the
-    library's own lazy set-up, which also changes them, makes nothing of the learner's)."""
+    """Names in the library's modules that now hold something else where the learner's code
+    could have put it (:func:`_replaced`)."""
     out = []
     for name, saved in before.items():
         now = vars(sys.modules[name]) if name in sys.modules else {}
-        out += [f"{name}.{k}" for k, v in saved.items()
-                if now.get(k, v) is not v and _learners(now.get(k))]
+        out += [f"{name}.{k}" for k, v in saved.items() if _replaced(v, now.get(k, v))]
     return out
 
 
