@@ -287,8 +287,10 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_goes_on(graded, tmp_path):
     (subs / "a").mkdir(parents=True)
     (subs / "a" / f"{CHAPTER}.ipynb").write_text("not a notebook")  # graded at once: 0
     (subs / "b").mkdir(parents=True)
-    (subs / "b" / f"{CHAPTER}.ipynb").write_text((root / "student" / f"{CHAPTER}.ipynb")
-                                                 .read_text())
+    slow = json.loads((root / "student" / f"{CHAPTER}.ipynb").read_text())
+    slow["cells"].insert(0, {"cell_type": "code", "source": "import time\ntime.sleep(15)",
+                             "metadata": {}, "outputs": [], "execution_count": None})
+    (subs / "b" / f"{CHAPTER}.ipynb").write_text(json.dumps(slow))  # still running when stopped
     command = [sys.executable, "-m", "tpviz.grading.grade", str(subs), str(tmp_path / "grades"),
                "--book", str(BOOK), "--workers", "1", "--timeout", str(TIMEOUT_S)]
     (tmp_path / "tmp").mkdir()
