@@ -176,3 +176,50 @@ def test_the_build_draws_an_explorers_live_figure_from_its_output():
     from tpviz.core.widgets import LIVE_MIME
 
     assert tpviz_book.LIVE_MIME == LIVE_MIME
+
+
+def _tag_step() -> str:
+    job = yaml.safe_load((ROOT / ".github/workflows/book.yml").read_text())["jobs"]["student"]
+    (step,) = [s["run"] for s in job["steps"] if s.get("name", "").startswith("Tag this")]
+    return step
+
+
+@pytest.mark.parametrize("change, warned", [("src", True), ("book", False)])
+def test_the_tag_step_warns_when_the_library_changed_without_a_new_version(
+        tmp_path, change, warned):
+    """The workflow's tag step, run in a clone of a repository whose origin already has the
+    version's tag: a change under src/ without a new version (the chapters' install cells
+    would install the older tpviz) is warned about; a change elsewhere is not."""
+    import os
+    import subprocess
+
+    def git(*args, cwd):
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                              text=True).stdout
+
+    work, origin = tmp_path / "work", tmp_path / "origin.git"
+    (work / "src" / "tpviz").mkdir(parents=True)
+    (work / "book").mkdir()
+    (work / "src" / "tpviz" / "__init__.py").write_text("__version__ = '1.2.0'\n")
+    (work / "book" / "a.md").write_text("a\n")
+    git("init", "-q", "-b", "main", str(work), cwd=tmp_path)
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    git("add", "-A", cwd=work)
+    git(*ident, "commit", "-qm", "first", cwd=work)
+    git("init", "-q", "--bare", "-b", "main", str(origin), cwd=tmp_path)
+    git("remote", "add", "origin", str(origin), cwd=work)
+    git("tag", "v1.2.0", cwd=work)
+    git("push", "-q", "origin", "main", "v1.2.0", cwd=work)
+    clone = tmp_path / "clone"
+    git("clone", "-q", "--depth", "1", f"file://{origin}", str(clone), cwd=tmp_path)
+    if git("tag", "-l", cwd=clone):  # actions/checkout fetches no tags
+        git("tag", "-d", "v1.2.0", cwd=clone)
+    target = clone / ("src/tpviz/ops.py" if change == "src" else "book/a.md")
+    target.write_text("changed\n")
+    git("add", "-A", cwd=clone)
+    git(*ident, "commit", "-qm", "second", cwd=clone)
+    env = {**os.environ, "PYTHONPATH": str(clone / "src")}
+    run = subprocess.run(["bash", "-e", "-c", _tag_step()], cwd=clone, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert ("::warning::src/ changed since v1.2.0" in run.stdout) is warned, run.stdout
