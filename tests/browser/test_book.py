@@ -1,12 +1,13 @@
-"""Every page of the built book in headless Chromium: it loads with no console errors and no
-failed requests, every image has loaded, no raw TeX is left, every live figure changes when each
-control moves, no control is dead, the launch buttons point at Colab and Binder with the page's
-own notebook, and a screenshot is saved per page. Update times are measured from input to the
-next painted frame and held to 50 ms at p90: every move, and each figure's first move over
-fresh page loads. What the reader sees is measured at 1280 and 390 px (page_check.js): live
-charts within their box, no text cut with "…", text contrast >= 4.5:1 and marks >= 3:1, static
-figures at >= 0.8 of their width, alt texts that describe, at most 10 % of code cells scrolling
-sideways, no output wider than the column. test_breaks.py breaks each check on purpose."""
+"""Every page of the built book in headless Chromium: it loads with no console errors and no failed
+requests, every image has loaded, no raw TeX is left (worked answers opened), every live figure
+changes when each control moves, no control is dead, the launch buttons point at Colab and
+Binder with the page's own notebook, and a screenshot is saved per page. Update times are
+measured from input to the next painted frame and held to 50 ms at p90: every move, and each
+figure's first move over fresh page loads. What the reader sees is measured at 1280 and 390 px
+(page_check.js): live charts within their box, no text cut with "…", text contrast >= 4.5:1 and
+marks >= 3:1, static figures at >= 0.8 of their width, alt texts that describe, at most 10 % of
+code cells scrolling sideways, no output wider than the column. test_breaks.py breaks each check
+on purpose."""
 
 from __future__ import annotations
 
@@ -55,10 +56,18 @@ def test_page(browser, book_url, page_name):
         broken = page.evaluate("Array.from(document.images).filter(i => !i.complete || "
                                "i.naturalWidth === 0).map(i => i.src.slice(0, 80))")
         assert not broken, f"{page_name}: images that did not load: {broken}"
+        # the worked answers are folded (<details>): open each, so their math is read too
+        answers = page.evaluate(
+            "(() => { const ds = Array.from(document.querySelectorAll('details')).filter(d => "
+            "/^\\s*Answer/.test((d.querySelector('summary') || {}).innerText || ''));"
+            " ds.forEach(d => { d.open = true; }); return ds.length; })()")
+        source = (ROOT / f"{page_name}.ipynb")
+        if source.exists():
+            folded = source.read_text().count("<summary>Answer</summary>")
+            assert answers == folded, f"{page_name}: {answers} answers shown of {folded}"
         text = page.evaluate("document.querySelector('main, article, body').innerText")
         tex = re.findall(r"\\\(|\\\[|\$\$|\\frac|\\begin\{", text)
         assert not tex, f"{page_name}: raw TeX left in the page: {tex[:5]}"
-        source = (ROOT / f"{page_name}.ipynb")
         if source.exists():
             links = page.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.href)")
             colab = (f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/"
