@@ -150,8 +150,11 @@ class ChapterRun(pytest.Item):
             if attempt == 2:
                 raise ChapterFailed(f"its kernel stopped answering twice (a cell waited "
                                     f"{STALL_S} s, or the chapter {CHAPTER_S} s)")
-            print(f"{self.path.name}: its kernel stopped answering; running the chapter again "
-                  "in a fresh kernel", file=sys.stderr)
+            import warnings
+
+            warnings.warn(f"{self.path.name}: its kernel stopped answering (a cell waited "
+                          f"{STALL_S} s, or the chapter {CHAPTER_S} s); run again in a fresh "
+                          "kernel", ChapterRetried, stacklevel=1)
         if report["error"] is not None:
             raise ChapterFailed(report["error"])
         _store(nb, self.path, report["seconds"])
@@ -178,6 +181,10 @@ class ChapterRun(pytest.Item):
 
 class ChapterFailed(Exception):
     pass
+
+
+class ChapterRetried(UserWarning):
+    """A chapter whose first run stalled and second passed (listed in pytest's summary)."""
 
 
 def _answer_kinds(path: str) -> dict[str, set[bool]]:
