@@ -267,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     # SIGTERM and SIGHUP end the run as Ctrl-C does, at any step (the release's temporary
-    # course, which holds the solutions, is removed on the way out)
-    stops = (signal.SIGTERM, signal.SIGHUP)
+    # course, which holds the solutions, is removed on the way out); and Ctrl-C itself, even
+    # where the shell that started this ignores it (a job started with & in a script)
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = [signal.signal(s, signal.default_int_handler) for s in stops] if (
         threading.current_thread() is threading.main_thread()) else []
     try:
