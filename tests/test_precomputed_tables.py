@@ -158,3 +158,33 @@ def test_online_combine_book_solution_passes(capsys):
     for _ in AGAIN:
         passes(ex.check_online_combine,
                book_solution("09_context_parallelism.ipynb", "combine"), capsys=capsys)
+
+
+# --- 8.3 Chimera's schedule --------------------------------------------------------------------
+
+def test_chimera_table_of_the_old_draw_range_fails(monkeypatch, capsys):
+    """A table of the library's Chimera orders for p = 4 … 16 (the draw range before) fails at
+    a p the check now draws beyond it; the book's solution passes there."""
+    from test_ex_asyncpipe import chimera
+
+    from tpviz.asyncpipe import builds
+
+    orders = {p: [[(op.kind, op.microbatch, op.stage) for op in ops]
+                  for ops in pipeline.schedule("chimera", p, p).ops] for p in range(4, 17, 2)}
+    assert all(p in builds.CHIMERA_DRAWN for p in (18, 30, 40))
+
+    class Draws:
+        def __init__(self, p):
+            self.p = p
+
+        def choice(self, values):
+            return self.p if self.p in values else values[0]
+
+    for p in (18, 30, 40):
+        monkeypatch.setattr(builds.np.random, "default_rng", lambda p=p: Draws(p))
+        fails(ex.check_chimera, lambda q: orders[q], words="raised KeyError")
+    monkeypatch.setattr(builds.np.random, "default_rng", lambda: Draws(16))
+    ex.check_chimera(lambda q: orders[q])  # the same table passes where it has the drawn p
+    for _ in AGAIN:
+        monkeypatch.undo()
+        passes(ex.check_chimera, chimera, capsys=capsys)
