@@ -302,3 +302,17 @@ def test_a_library_function_swapped_for_a_stand_in_voids_the_check(stand_in):
     source = f"import functools\nimport jax\njax.lax.all_to_all = {stand_in}\n"
     (verdict,) = _fnrun(source + RIGHT, "check_explicit_reshard", "to_rows")
     assert verdict["status"] == "wrong" and "replaced part of the library" in verdict["message"]
+
+
+@pytest.mark.slow
+def test_a_checkers_declaration_changed_in_place_voids_the_check():
+    """The checker's own data (its frozen Build: the layout and collectives it expects) changed
+    in place with object.__setattr__, which rebinds no module name: the wrong function that
+    then matches it does not pass (a reviewer's exploit, ✓ before the fix)."""
+    source = ("import tpviz.layouts.exercises as E\n"
+              "for k, v in dict(manual=False, out='A[I_X, J_Y]',\n"
+              "                 collectives=lambda case: []).items():\n"
+              "    object.__setattr__(E.RESHARD, k, v)\n"
+              "def to_rows(a):\n    return a\n")
+    (verdict,) = _fnrun(source, "check_explicit_reshard", "to_rows")
+    assert verdict["status"] == "wrong" and "replaced part of the library" in verdict["message"]

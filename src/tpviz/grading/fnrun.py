@@ -127,6 +127,66 @@ def _changed(before: dict) -> list[str]:
     return out
 
 
+DEPTH, ITEMS = 4, 256  # how far into the library's data the snapshot looks
+
+
+def _parts(value) -> list | None:
+    """What ``value`` holds, by reference, where code could change it in place: a dict's
+    values by key, a list's or tuple's items, an object's attributes (a frozen dataclass too,
+    which ``object.__setattr__`` changes). None for what cannot change (numbers, strings)."""
+    import inspect
+
+    if isinstance(value, (str, bytes, int, float, complex, bool, type(None))):
+        return None
+    if inspect.isroutine(value) or inspect.isclass(value) or inspect.ismodule(value):
+        return None  # rebinding these is :func:`_changed`'s; their insides are code
+    if isinstance(value, dict):
+        return [(k, v) for k, v in list(value.items())[:ITEMS]]
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value[:ITEMS]))
+    attributes = getattr(value, "__dict__", None)
+    if type(value).__module__.startswith("tpviz") and isinstance(attributes, dict):
+        return list(attributes.items())[:ITEMS]
+    return None
+
+
+def _state() -> list:
+    """The library's data (``tpviz``'s module-level values and what they hold, a few levels
+    deep), each part kept by reference, so that a change in place shows: the checkers'
+    declarations (a ``Build``'s cases and expected collectives), the hardware tables."""
+    out, seen = [], set()
+
+    def walk(value, depth):
+        parts = _parts(value)
+        if parts is None or id(value) in seen:
+            return
+        seen.add(id(value))
+        out.append((value, parts))
+        if depth < DEPTH:
+            for _, part in parts:
+                walk(part, depth + 1)
+
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.split(".")[0] == "tpviz":
+            for key, value in list(vars(module).items()):
+                if not key.startswith("__"):
+                    walk(value, 0)
+    return out
+
+
+def _changed_in_place(before: list) -> list[str]:
+    """The library's data changed since :func:`_state` (a part now another object; new keys
+    of a dict, items appended to a list, attributes added, as caches do, are allowed)."""
+    out = []
+    for value, parts in before:
+        now = dict(_parts(value) or [])
+        for key, part in parts:
+            if key not in now or now[key] is not part:
+                out.append(f"{type(value).__name__}[{key!r}]")
+                break
+    return out
+
+
 class Answer:
     """The learner's answer cells, executed once, when first needed, under the guard."""
 
@@ -189,7 +249,7 @@ def run(job: dict) -> tuple[str, str]:
 
     learner = _guard()
     answer = Answer(job, learner)
-    before = _snapshot()
+    before, state = _snapshot(), _state()
     try:
         def one(spec):
             if "value" in spec:
@@ -207,7 +267,7 @@ def run(job: dict) -> tuple[str, str]:
         signal.signal(sig, signal.SIG_IGN)
     for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
         signal.setitimer(timer, 0)
-    changed = _changed(before)
+    changed = _changed(before) + _changed_in_place(state)
     if changed:
         return "wrong", ("✗ your code replaced part of the library while it was checked "
                          f"({', '.join(changed[:3])}); this check does not count.")
