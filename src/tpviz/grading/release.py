@@ -19,9 +19,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -89,7 +91,17 @@ class Course:
         return self
 
     def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        # a second Ctrl-C or SIGTERM (closing a terminal sends two) must not cut the removal
+        # short and leave the solutions behind: the signals wait until it is done
+        stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+        try:
+            shutil.rmtree(self.root, ignore_errors=True)
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
     def _env(self) -> dict[str, str]:
         # nbgrader calls `alembic` by name: put this Python's scripts first on the PATH
