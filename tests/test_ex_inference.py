@@ -324,7 +324,8 @@ def test_lse_combine_names_weighting_mistakes(capsys):
         a, b = jnp.exp(lse - m)[..., None], jnp.exp(other - m)[..., None]
         return (a * o + b * theirs) / (a + b)
 
-    fails(ex.check_lse_combine, pairwise, words="right on 2 devices .* but on 4 devices")
+    # right values on 2 devices, but permutes there (the bytes are read on every case)
+    fails(ex.check_lse_combine, pairwise, words="on 2 devices .*collective-permute")
 
 
 @pytest.mark.parametrize("check", [ex.check_heads_decode, ex.check_lse_combine])

@@ -181,11 +181,12 @@ LSE_WRONG = {
     "naive: shifted by the mean lse": (
         lambda o, lse: _weighted(o, lse, jax.lax.pmean(lse, "model")), "NaN or infinite"),
     "naive: log of the summed e^lse": (_global_lse, "(?s)right shape but wrong values.*overflows"),
-    "the max from the other device only": (_pair_max, r"right on 2 devices .* but on 4 devices"),
+    # right values on 2 devices, but a permute there (the bytes are read on every case)
+    "the max from the other device only": (_pair_max, r"on 2 devices .*collective-permute"),
     "each device's own share, not summed": (_own_share, "share of the whole.*never added together"),
     "the numerator summed by a ring of permutes": (
         lambda o, lse: _weighted(o, lse, jax.lax.pmax(lse, "model"), total=_ring_sum),
-        "collective-permutes .* N times the bytes of one"),
+        "collective-permutes? .* N times the bytes of one"),
 }
 
 
@@ -193,3 +194,28 @@ LSE_WRONG = {
 def test_lse_combine_wrong_program_fails(name):
     program, words = LSE_WRONG[name]
     fails(ex.check_lse_combine, program, words=words)
+
+
+def _gathered_when_few(o, lse):
+    """On a few devices every part is gathered and combined locally ("only a few parts"); on
+    more, the all-reduces. Right values everywhere; right bytes on 8 devices only."""
+    if jax.lax.axis_size("model") > 4:
+        return combine(o, lse)
+    os, lses = jax.lax.all_gather(o, "model"), jax.lax.all_gather(lse, "model")
+    w = jnp.exp(lses - lses.max(axis=0))[..., None]
+    return (os * w).sum(axis=0) / w.sum(axis=0)
+
+
+def test_lse_combine_bytes_are_checked_on_every_case(capsys):
+    """14.6 once read the bytes on its 8-device case only, outside its Build: a program that
+    gathers on 2 and 4 devices passed. The Build now reads them on every case."""
+    import dataclasses
+
+    from tpviz.core import harness
+    from tpviz.inference import builds
+
+    last = dataclasses.replace(builds.COMBINE, cases=builds.COMBINE.cases[-1:])
+    assert last.cases[0][0] == (8,)
+    assert "Flash-decoding" in harness.grade(_gathered_when_few, last)  # right there
+    fails(ex.check_lse_combine, _gathered_when_few,
+          words=r"^.*on 2 devices .*right values, but .*all-gather.*N times the bytes of one")
