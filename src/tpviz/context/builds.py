@@ -1,17 +1,19 @@
 """Chapter 9's build checkers, on :mod:`tpviz.core.harness`: ring attention in ``shard_map``
-(9.4: N − 1 permutes, each to the neighbour, of one key/value block, and no array of the whole
-sequence's keys or values in the compiled program) and DeepSpeed-Ulysses (9.7: all-to-alls from
+(9.4: N − 1 permutes, each to the neighbour, of one key/value block, no array of the whole
+sequence's keys or values in the compiled program, and an online merge: the bytes the traced
+program holds do not grow with N) and DeepSpeed-Ulysses (9.7: all-to-alls from
 sequence shards to head shards and back)."""
 
 from __future__ import annotations
 
 import re
 
+import jax
 import numpy as np
 
 from tpviz.context.plan import AXIS
 from tpviz.context.run import attention
-from tpviz.core import harness
+from tpviz.core import harness, liveness
 from tpviz.core.exercises import checker
 
 CONTEXT = (AXIS,)
@@ -76,6 +78,27 @@ def _whole_sequence(case, memory, program) -> str | None:
     return None
 
 
+def _online(case, trace) -> str | None:
+    """The bytes the learner's ring holds at once (its traced program, :mod:`~tpviz.core.
+    liveness`) on 4 and on 8 devices, with this case's block: an online merge holds the same
+    few blocks whatever N; keeping every block, or every block's partial result, grows with N."""
+    s = case.sizes
+    c = s["S"] // case.n
+    held = {}
+    for n in (4, 8):
+        args = [jax.ShapeDtypeStruct((s["B"], n * c, s["heads"], s["d"]), np.float32)] * 3
+        held[n] = liveness.shard_map_peak(trace((n,), args))
+    block = 2 * s["B"] * c * s["heads"] * s["d"] * 4
+    if held[8] - held[4] > block // 4:
+        return (f"with blocks of S/N = {c} tokens, your traced program holds up to "
+                f"{held[4]:,} bytes at once on 4 devices and {held[8]:,} on 8: "
+                f"{(held[8] - held[4]) / block:.1f} key/value blocks ({block:,} bytes each) "
+                "more, so it keeps what arrives (the blocks, or each block's result) and merges "
+                "at the end. Ring attention merges each block into o and lse as it arrives, so "
+                "that what a device holds does not grow with N")
+    return None
+
+
 RING_CASES = (((4,), {"B": 1, "S": 48, "heads": 2, "d": 8}),
               ((4,), {"B": 2, "S": 40, "heads": 3, "d": 4}),
               ((8,), {"B": 1, "S": 64, "heads": 2, "d": 8}),
@@ -86,7 +109,8 @@ RING = harness.Build(
     cases=RING_CASES, inputs=_qkv, reference=_reference,
     collectives=lambda case: [harness.Expect("collective-permute", _block(case), CONTEXT,
                                              count=case.n - 1, what="the key/value block")],
-    extra=_ring_pairs, memory=_whole_sequence, unavailable=SCHEMES, vma="either",
+    extra=_ring_pairs, memory=_whole_sequence, traced=_online, unavailable=SCHEMES,
+    vma="either",
     hint="After each step, pass the block you hold to the next device and attend to the one "
          "that arrives; the first block is the device's own, and the last needs no passing on.",
     praise="Ring attention: one key/value block in hand at a time.", rtol=1e-4, atol=1e-4)
@@ -97,7 +121,8 @@ def check_ring_step(fn) -> str:
     """``fn(q, k, v)`` per device inside ``shard_map`` over the axis "context" (``[B, S/N, n_h,
     d_h]`` each): non-causal ring attention. On 4, 8 and 2 devices at several sizes, against
     full attention; the compiled program holds exactly N − 1 permutes of the stacked key/value
-    block, each one step round the ring, and no array of the whole sequence."""
+    block, each one step round the ring, and no array of the whole sequence; and the traced
+    program holds no more bytes on 8 devices than on 4 at the same block (an online merge)."""
     return harness.grade(fn, RING)
 
 

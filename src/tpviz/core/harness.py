@@ -52,6 +52,10 @@ grades, stopping at the first mistake:
 6. **memory** (optional): ``memory(case, compiled.memory(program))`` for exercises about memory
    (activations, a KV cache): return a message to fail; a hook of three parameters also gets
    the compiled program (to read the shapes of the arrays it holds).
+7. **traced** (optional): ``traced(case, trace)`` for what one compiled program cannot say;
+   ``trace(mesh_shape, args)`` traces the learner's program on another mesh (``args`` may be
+   ``jax.ShapeDtypeStruct``) and returns its jaxpr, e.g. to read with
+   :mod:`tpviz.core.liveness` that the bytes held do not grow with the devices (9.4's ring).
 
 A hook returns None when all is well, or the mistake in words. A mistake on a later case after
 earlier ones passed says so ("right on 8 devices with n = 64, but on 4 devices with n = 26"):
@@ -101,21 +105,25 @@ import jax
 from tpviz import compat
 from tpviz.core import compiled, verify
 from tpviz.core.exercises import NotAttempted, Wrong, is_stub
-from tpviz.core.harness_build import Build, Case, Expect, cases, guarded
+from tpviz.core.harness_build import Build, Case, Expect, _mesh, cases, guarded
 from tpviz.core.harness_report import compare, moved, placement, specs, summary, values
 
 __all__ = ["Build", "Case", "Expect", "grade", "guarded"]
 
 
+def _program(answer, build: Build, case: Case, vma: bool):
+    """The learner's answer as a program on ``case.mesh``."""
+    if build.program is not None:
+        return build.program(answer, case)
+    if build.per_device:
+        return jax.shard_map(answer, mesh=case.mesh, in_specs=specs(build.layouts),
+                             out_specs=specs(build.out), check_vma=vma)
+    return answer
+
+
 def _run(answer, build: Build, case: Case, vma: bool):
     """Compile the program once and run it; returns (out, program, lowered text if manual)."""
-    if build.program is not None:
-        fn = build.program(answer, case)
-    elif build.per_device:
-        fn = jax.shard_map(answer, mesh=case.mesh, in_specs=specs(build.layouts),
-                           out_specs=specs(build.out), check_vma=vma)
-    else:
-        fn = answer
+    fn = _program(answer, build, case, vma)
 
     def compile_and_run():
         with compat.mesh_context(case.mesh) if build.explicit else contextlib.nullcontext():
@@ -203,6 +211,15 @@ def _grade_case(answer, build: Build, case: Case, vma: bool, state: dict) -> lis
     if build.memory is not None:
         more = (program,) if len(inspect.signature(build.memory).parameters) > 2 else ()
         if mistake := build.memory(case, compiled.memory(program), *more):
+            raise Wrong(mistake, build.hint)
+    if build.traced is not None:
+        def trace(shape, args):  # the learner's program on another mesh, traced, not run
+            other = dataclasses.replace(case, mesh=_mesh(shape, build.axes, build.explicit),
+                                        args=tuple(args))
+            return jax.make_jaxpr(_program(answer, build, other, vma))(*other.args)
+
+        if mistake := guarded(build.traced, case, trace, what=build.what,
+                              names=build.unavailable):
             raise Wrong(mistake, build.hint)
     return found
 

@@ -85,6 +85,7 @@ class Build:
     names: Sequence[str] | None = None  # the inputs' names (default: from ``layouts``)
     diagnose: Callable[[Case, Any, Any], str | None] | None = None
     memory: Callable[..., str | None] | None = None  # (case, memory[, program])
+    traced: Callable[[Case, Callable], str | None] | None = None  # (case, trace(shape, args))
     hint: str = ""
     praise: str | Callable[[Case, list], str] = ""  # words for ✓; a callable reads the program
     rtol: float = 1e-4
