@@ -4,7 +4,10 @@ For each exercise, the code cells before its heading must not print the source
 (``inspect.getsource``) of a function the checker keeps out of reach while it runs (its
 ``Build.unavailable`` or the ``names`` it passes to ``harness.guarded``). For a solution that is
 one numeric literal (``x = 5120``, ``x = 7 / 39``), that literal must not appear in a cell before
-the exercise, unless the exercise's own prompt states it (then it is an input)."""
+the exercise, unless the exercise's own prompt states it (then it is an input). A call the prompt
+quotes with three or more numbers (12.2's ``auto.mlp(16384, 1024, 4096)``) must not be made
+before the exercise with the same numbers or the same ratios (the question at another scale,
+which answers it as well)."""
 
 import ast
 import inspect
@@ -135,6 +138,42 @@ def _constant(node):
     return None
 
 
+def _value(node, env: dict):
+    """``_constant`` with the names of ``env`` known (``4 * F`` after ``H, F = 768, 3072``)."""
+    if isinstance(node, ast.Name):
+        return env.get(node.id)
+    if isinstance(node, ast.BinOp):
+        left, right = _value(node.left, env), _value(node.right, env)
+        if left is None or right is None:
+            return None
+        return _constant(ast.BinOp(ast.Constant(left), node.op, ast.Constant(right)))
+    return _constant(node)
+
+
+def _numbers(call: ast.Call, env: dict) -> tuple | None:
+    values = tuple(_value(a, env) for a in call.args)
+    return values if len(values) >= 3 and None not in values else None
+
+
+def quoted_calls(prompt: str) -> list[tuple[str, tuple]]:
+    """The calls a prompt quotes in backticks with three or more numbers: (last name, args)."""
+    found = []
+    for span in re.findall(r"`([^`]+)`", prompt):
+        try:
+            node = ast.parse(span, mode="eval").body
+        except SyntaxError:
+            continue
+        if isinstance(node, ast.Call) and (args := _numbers(node, {})):
+            found.append((ast.unparse(node.func).split(".")[-1], args))
+    return found
+
+
+def _scaled(a: tuple, b: tuple) -> bool:
+    """``b`` is ``a`` times one factor, every entry (16384, 1024, 4096 and 12288, 768, 3072)."""
+    return len(a) == len(b) and all(x != 0 for x in a) and len({y / x for x, y in
+                                                                zip(a, b, strict=True)}) == 1
+
+
 def forms(text: str) -> set[str]:
     """How a literal may be written: 5120, 5,120; 7/39, 7 / 39."""
     if "/" in text:
@@ -193,6 +232,44 @@ def literal_leaks(path) -> list[str]:
     return leaks
 
 
+def question_leaks(path) -> list[str]:
+    cells, found = exercises(path)
+    leaks = []
+    for number, _check, heading, prompt, _solution in found:
+        quoted = quoted_calls(prompt)
+        env: dict = {}
+        for i, cell in enumerate(cells[:heading] if quoted else ()):
+            if cell["cell_type"] != "code":
+                continue
+            try:
+                tree = ast.parse("".join(cell["source"]))
+            except SyntaxError:
+                continue
+            for statement in tree.body:  # in order: its calls, then the numbers it names
+                for node in ast.walk(statement):
+                    if not isinstance(node, ast.Call) or not (args := _numbers(node, env)):
+                        continue
+                    name = ast.unparse(node.func).split(".")[-1]
+                    if any(name == q and _scaled(want, args) for q, want in quoted):
+                        leaks.append(f"cell {i} calls {name}{args}, Exercise {number}'s "
+                                     "question")
+                if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                    target, value = statement.targets[0], statement.value
+                    if isinstance(target, ast.Name):
+                        env[target.id] = _value(value, env)
+                    elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+                        env.update((t.id, _value(v, env)) for t, v in
+                                   zip(target.elts, value.elts, strict=False)
+                                   if isinstance(t, ast.Name))
+    return leaks
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_question_of_an_exercise_asked_before_it(path):
+    leaks = question_leaks(path)
+    assert not leaks, leaks
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_source_of_a_kept_out_function_before_its_exercise(path):
     leaks = source_leaks(path)
@@ -225,3 +302,24 @@ def test_a_leaky_chapter_is_caught(tmp_path):
     assert source_leaks(chapter) == [
         "cell 0 prints pipeline.balance before Exercise 7.4 (tpviz.pipeline.plan.balance)"]
     assert literal_leaks(chapter) == ["cell 1 holds 5,120, Exercise 12.6's answer"]
+
+
+def test_the_question_at_another_scale_is_caught(tmp_path):
+    """12.2 asks for gelu's layout in ``auto.mlp(16384, 1024, 4096)`` (B = 4F); a cell before it
+    that solves ``auto.mlp(4 * F, H, F)`` with H, F = 768, 3072 asks the same question."""
+    def cell(kind, text):
+        return {"cell_type": kind, "source": [text], "metadata": {},
+                **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+
+    prompt = ("**Exercise 12.2 — gelu (easy, one-line).** The layout of `gelu.1` of "
+              "`auto.mlp(16384, 1024, 4096)` on 8 devices.")
+    chapter = tmp_path / "leaky.ipynb"
+    chapter.write_text(json.dumps({"cells": [
+        cell("code", "H, F = 768, 3072\nsolve(auto.mlp(F // 2, H, F))"),
+        cell("code", "print(auto.mlp(2 * F, H, F), auto.mlp(4 * F, H, F))"),
+        cell("markdown", prompt),
+        cell("code", '# BEGIN SOLUTION\ngelu_layout = "A[B_X, F]"\n# END SOLUTION'),
+        cell("code", "tpviz.exercises.check_gelu_layout(gelu_layout)")]}))
+    assert quoted_calls(prompt) == [("mlp", (16384, 1024, 4096))]
+    assert question_leaks(chapter) == [
+        "cell 1 calls mlp(12288, 768, 3072), Exercise 12.2's question"]
