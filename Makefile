@@ -2,8 +2,10 @@
 #   make book   build the HTML book into _build/html (executes every chapter)
 #   make test   unit tests + every chapter + ruff (pinned requirements.txt, .venv)
 # Two more test the ends of the supported range (DESIGN.md, "Where it runs"), on Python 3.13,
-# every chapter under nbval and the unit tests not marked slow (tests that start worker
-# processes or repeat at more settings what the chapters' cells check: make test runs those):
+# every chapter under nbval and the unit tests marked neither slow (tests that start worker
+# processes or repeat at more settings what the chapters' cells check) nor logic (the library's
+# own logic above the version-sensitive layers, conftest.py's LOGIC_FILES): make test runs those.
+# Unit tests compile at XLA's optimisation level 0; the chapters at the default (conftest.py):
 #   make test-colab    Colab's versions (requirements-colab.txt, .venv-colab): JAX 0.7.2,
 #                      ipywidgets 7.7.1, ...; tpviz installed with a plain `pip install .`,
 #                      checked to install tpviz alone
@@ -92,7 +94,7 @@ $(COLAB)/.installed: requirements-colab.txt
 # .ci/install_alone.py fails unless that installed tpviz alone and kept Colab's JAX and ipywidgets
 test-colab: $(COLAB)/.installed
 	$(COLAB)/bin/python .ci/install_alone.py requirements-colab.txt
-	TPVIZ_ENV=colab $(COLAB)/bin/python $(PYTEST) --nbval-lax -m "not slow"
+	TPVIZ_ENV=colab $(COLAB)/bin/python $(PYTEST) --nbval-lax -m "not slow and not logic"
 
 NEWEST := .venv-newest
 $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
@@ -105,7 +107,7 @@ $(NEWEST)/.installed: requirements-newest.txt pyproject.toml
 	@touch $@
 
 test-newest: $(NEWEST)/.installed
-	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST) --nbval-lax -m "not slow"
+	TPVIZ_ENV=newest $(NEWEST)/bin/python $(PYTEST) --nbval-lax -m "not slow and not logic"
 
 test-all: test test-colab test-newest
 

@@ -33,7 +33,30 @@ def _notebook_imports_torch(path) -> bool:
     return any(IMPORTS_TORCH.search(source) for source in code)
 
 
+# --- what test-colab and test-newest leave out: the library's own logic ----------------------
+# Those two environments are there to catch what a release of JAX, NumPy, ipywidgets or
+# matplotlib changes. They run every chapter under nbval (each checker on the book's answer and
+# the compiled program it reads, every figure, every claim) and the unit tests of the layers
+# that meet those libraries. The tests below exercise the library's own logic above those
+# layers many times over (each checker's unit tests and mutation pass, every public parameter
+# fuzzed with bad values, the precomputed tables): make test runs them; they are marked
+# ``logic`` here, by file, and the other two environments run ``-m "not slow and not logic"``.
+LOGIC_FILES = ("test_ex_*.py", "test_wrong_programs_*.py", "test_public.py",
+               "test_precomputed_tables.py")
+
+
+def _mark_logic(items) -> None:
+    import fnmatch
+
+    for item in items:
+        path = getattr(item, "path", None)
+        if (path is not None and path.parent.name == "tests"
+                and any(fnmatch.fnmatch(path.name, pattern) for pattern in LOGIC_FILES)):
+            item.add_marker(pytest.mark.logic)
+
+
 def pytest_collection_modifyitems(config, items):
+    _mark_logic(items)
     if HAS_TORCH:
         return
     env = os.environ.get("TPVIZ_ENV", "this")
@@ -60,9 +83,50 @@ JAX_CACHE = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
              "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
+# --- the unit tests compile without LLVM's optimisations; the chapters as learners run them ---
+# XLA's CPU code generation at optimisation level 0 (tpviz.cluster.worker.FAST_COMPILE, which
+# the cluster runs use too) takes about a third less CPU time over the checkers' tests. It acts
+# after the HLO passes that place the collectives and plan the buffers: the compiled HLO and
+# its memory analysis are the same (checked on JAX 0.7.2, 0.10.2 and 0.12.0.1). The unit
+# tests, and every process they start, get it; a chapter's kernel does not (_chapter_env), so
+# the chapters run, and the book is built, exactly as a learner's notebook runs.
+def _fast_compile() -> str:
+    from tpviz.cluster.worker import FAST_COMPILE
+
+    return FAST_COMPILE
+
+
+def _chapter_env(env: dict) -> dict:
+    """``env`` without the unit tests' XLA flag (for a chapter's kernel)."""
+    flags = env.get("XLA_FLAGS", "").replace(_fast_compile(), "").split()
+    env = {k: v for k, v in env.items() if k != "XLA_FLAGS"}
+    return {**env, "XLA_FLAGS": " ".join(flags)} if flags else env
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """nbval starts a chapter's kernel in its first cell's setup: without the unit tests' flag."""
+    if getattr(item, "path", None) is None or item.path.suffix != ".ipynb":
+        return (yield)
+    saved = os.environ.get("XLA_FLAGS")
+    os.environ.pop("XLA_FLAGS", None)
+    os.environ.update(_chapter_env({"XLA_FLAGS": saved or ""}))
+    try:
+        return (yield)
+    finally:
+        os.environ.pop("XLA_FLAGS", None)
+        if saved is not None:
+            os.environ["XLA_FLAGS"] = saved
+
+
 def pytest_configure(config):
-    if hasattr(config, "workerinput") or "JAX_COMPILATION_CACHE_DIR" in os.environ:
-        return  # an xdist worker (it has the controller's) or a cache chosen by the caller
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: it has the controller's environment
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _fast_compile() not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {_fast_compile()}".strip()
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return  # a cache chosen by the caller
     config.tpviz_jax_cache = tempfile.mkdtemp(prefix="tpviz-jax-cache-")
     os.environ.update(JAX_CACHE, JAX_COMPILATION_CACHE_DIR=config.tpviz_jax_cache)
 
@@ -83,7 +147,7 @@ def pytest_unconfigure(config):
 # again. Without the option (test-colab, test-newest) the chapters run under nbval as before.
 BOOK_CACHE = os.path.join(os.path.dirname(__file__), "_build", ".jupyter_cache")
 CHAPTER = re.compile(r"^\d\d_.*\.ipynb$")
-STALL_S = 240  # a cell's limit: each chapter's slowest cell takes under 60 s on 2 loaded cores
+STALL_S = 150  # a cell's limit: each chapter's slowest cell takes under 60 s on 2 loaded cores
 CHAPTER_S = 900  # a chapter's: each runs in under 2 minutes on 2 loaded cores
 
 
@@ -95,7 +159,8 @@ def _run_apart(path, out: str) -> dict | None:
     import psutil
 
     runner = os.path.join(os.path.dirname(__file__), "tools", "run_chapter.py")
-    proc = subprocess.Popen([sys.executable, runner, str(path), out, str(STALL_S)])
+    proc = subprocess.Popen([sys.executable, runner, str(path), out, str(STALL_S)],
+                            env=_chapter_env(dict(os.environ)))
     try:
         proc.wait(timeout=CHAPTER_S)
     except subprocess.TimeoutExpired:
