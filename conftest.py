@@ -148,27 +148,55 @@ def pytest_unconfigure(config):
 BOOK_CACHE = os.path.join(os.path.dirname(__file__), "_build", ".jupyter_cache")
 CHAPTER = re.compile(r"^\d\d_.*\.ipynb$")
 STALL_S = 150  # a cell's limit: each chapter's slowest cell takes under 60 s on 2 loaded cores
+IDLE_S = 45  # a chapter whose runner, kernel and their children use no CPU this long has stalled
 CHAPTER_S = 900  # a chapter's: each runs in under 2 minutes on 2 loaded cores
+
+
+def _cpu_seconds(process) -> float:
+    """CPU time used so far by ``process`` and everything under it (reaped children too)."""
+    import psutil
+
+    total = 0.0
+    for p in (process, *process.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def _run_apart(path, out: str) -> dict | None:
     """Run the chapter ``path`` into ``out`` in a process of its own (tools/run_chapter.py);
-    its report, or None when it had to be ended (its kernel stopped answering)."""
+    its report, or None when it had to be ended: its kernel stopped answering (the runner, the
+    kernel and their children used no CPU for IDLE_S seconds: every cell of a chapter computes,
+    none waits on a clock), or the chapter took CHAPTER_S."""
     import subprocess
+    import time
 
     import psutil
 
     runner = os.path.join(os.path.dirname(__file__), "tools", "run_chapter.py")
     proc = subprocess.Popen([sys.executable, runner, str(path), out, str(STALL_S)],
                             env=_chapter_env(dict(os.environ)))
-    try:
-        proc.wait(timeout=CHAPTER_S)
-    except subprocess.TimeoutExpired:
-        for child in psutil.Process(proc.pid).children(recursive=True):  # the kernel too
-            child.kill()
-        proc.kill()
-        proc.wait()
-        return None
+    tree = psutil.Process(proc.pid)
+    start = busy = time.monotonic()
+    used = 0.0
+    while proc.poll() is None:
+        now = time.monotonic()
+        try:
+            cpu = _cpu_seconds(tree)
+        except psutil.Error:  # the runner ended between poll and here
+            continue
+        if cpu > used + 0.05:
+            used, busy = cpu, now
+        if now - busy > IDLE_S or now - start > CHAPTER_S:
+            for child in tree.children(recursive=True):  # the kernel too
+                child.kill()
+            proc.kill()
+            proc.wait()
+            return None
+        time.sleep(1)
     if not os.path.exists(out + ".json"):
         raise ChapterFailed(f"the chapter's runner ended with code {proc.returncode} "
                             "(its output is above)")
@@ -201,9 +229,11 @@ class ChapterRun(pytest.Item):
         # A kernel that stops answering is the notebook runner's fault, not the chapter's: a
         # chapter a run (04, 10, 02 at random) sat with its kernel idle and the client waiting,
         # for 175 s to over 10 min (past nbclient's cell timeout), while it runs in 8-30 s
-        # alone (ipykernel 7; requirements.txt pins 6 since). Each try runs in a process of its
-        # own (tools/run_chapter.py), ended with its kernel after CHAPTER_S; a stalled try gets
-        # one more in a fresh kernel, said on stderr. A cell that errs, or two stalls, fail.
+        # alone (ipykernel 7; requirements.txt pins 6 since; seen again with 6: chapter 10,
+        # both the client and the kernel idle in their event loops, py-spy). Each try runs in a
+        # process of its own (tools/run_chapter.py), ended with its kernel once the whole tree
+        # has used no CPU for IDLE_S (or after CHAPTER_S); a stalled try gets one more in a
+        # fresh kernel, a ChapterRetried warning. A cell that errs, or two stalls, fail.
         for attempt in (1, 2):
             with tempfile.TemporaryDirectory() as folder:
                 out = os.path.join(folder, "run.ipynb")
@@ -213,13 +243,13 @@ class ChapterRun(pytest.Item):
                     answers = _answer_kinds(out + ".answers")
                     break
             if attempt == 2:
-                raise ChapterFailed(f"its kernel stopped answering twice (a cell waited "
-                                    f"{STALL_S} s, or the chapter {CHAPTER_S} s)")
+                raise ChapterFailed(f"its kernel stopped answering twice (idle {IDLE_S} s, a "
+                                    f"cell {STALL_S} s, or the chapter {CHAPTER_S} s)")
             import warnings
 
-            warnings.warn(f"{self.path.name}: its kernel stopped answering (a cell waited "
-                          f"{STALL_S} s, or the chapter {CHAPTER_S} s); run again in a fresh "
-                          "kernel", ChapterRetried, stacklevel=1)
+            warnings.warn(f"{self.path.name}: its kernel stopped answering (idle {IDLE_S} s, a "
+                          f"cell {STALL_S} s, or the chapter {CHAPTER_S} s); run again in a "
+                          "fresh kernel", ChapterRetried, stacklevel=1)
         if report["error"] is not None:
             raise ChapterFailed(report["error"])
         _store(nb, self.path, report["seconds"])

@@ -62,3 +62,29 @@ def test_every_logic_pattern_names_test_files(root_conftest):
 
 def test_this_file_is_not_logic(request):
     assert "logic" not in request.node.keywords
+
+
+def _notebook(path, *sources):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow
+def test_a_chapter_whose_kernel_sits_idle_is_ended(root_conftest, monkeypatch, tmp_path):
+    """make test's chapter runner ends a run whose whole process tree uses no CPU for IDLE_S
+    (a stalled kernel), and keeps one that computes or starts workers."""
+    monkeypatch.setattr(root_conftest, "IDLE_S", 6)
+    idle = _notebook(tmp_path / "idle.ipynb", "import time\ntime.sleep(120)")
+    start = __import__("time").monotonic()
+    assert root_conftest._run_apart(idle, str(tmp_path / "idle_out.ipynb")) is None
+    assert __import__("time").monotonic() - start < 60
+    monkeypatch.setattr(root_conftest, "IDLE_S", 3)  # the loop below runs longer than that
+    busy = _notebook(tmp_path / "busy.ipynb",
+                     "import subprocess, sys\n"
+                     "subprocess.run([sys.executable, '-c', 'x = 0\\nfor i in range(10**8): "
+                     "x += i'], check=True)\nprint('done')")
+    report = root_conftest._run_apart(busy, str(tmp_path / "busy_out.ipynb"))
+    assert report is not None and report["error"] is None and not report["timed_out"]
