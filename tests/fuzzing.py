@@ -67,10 +67,20 @@ def roots() -> list[types.ModuleType]:
     return [importlib.import_module(f"tpviz.{m}") for m in (*tpviz.TOPICS, *EXTRA_ROOTS)]
 
 
+def declared_targets(package: str) -> list[types.ModuleType]:
+    """``package``'s submodules with an ``__all__`` of their own (tpviz.core.publish.declared)
+    that the fuzzing and the result checks cover: not ``exercises``, the checkers (their own
+    tests grade them), loaded or not by earlier tests, so that the targets would otherwise
+    depend on the order the tests ran in."""
+    from tpviz.core.publish import declared
+
+    return [m for m in declared(package) if m.__name__.rsplit(".", 1)[-1] != "exercises"]
+
+
 def walk() -> dict[str, object]:
     """label -> function, method or constructor: everything public, each once."""
     import tpviz
-    from tpviz.core.publish import declared, members
+    from tpviz.core.publish import members
 
     found: dict[str, object] = {}
     seen: set[int] = set()
@@ -98,10 +108,7 @@ def walk() -> dict[str, object]:
 
     for module in roots():
         visit(module, module.__name__.removeprefix("tpviz."), 0)
-        for sub in declared(module.__name__):  # a submodule's own __all__: public too
-            if sub.__name__.rsplit(".", 1)[-1] == "exercises":
-                continue  # the checkers (their own tests grade them); loaded or not by
-                # earlier tests, so the targets would depend on the order the tests ran in
+        for sub in declared_targets(module.__name__):  # a submodule's own __all__: public too
             visit(sub, sub.__name__.removeprefix("tpviz."), 1)
     for name in ("setup_devices", "make_mesh"):
         found[f"tpviz.{name}"] = getattr(tpviz, name)

@@ -10,11 +10,11 @@ import math
 import sys
 
 import pytest
+from fuzzing import declared_targets
 
 import tpviz
 from tpviz.core.kinds import Amount, Bytes, Count, Share, Time
 from tpviz.core.public import public, published
-from tpviz.core.publish import declared
 from tpviz.errors import ArgumentError, ScheduleError, TpvizError
 
 NAN = float("nan")
@@ -28,9 +28,7 @@ def _module(name: str):
 def test_every_function_of_a_submodules_all_is_checked():
     seen = 0
     for topic in tpviz.TOPICS:
-        for module in declared(importlib.import_module(f"tpviz.{topic}").__name__):
-            if module.__name__.endswith(".exercises"):
-                continue  # the checkers, loaded or not by earlier tests (as in fuzzing.walk)
+        for module in declared_targets(importlib.import_module(f"tpviz.{topic}").__name__):
             for name in module.__all__:
                 fn = getattr(module, name)
                 if inspect.isfunction(fn):
