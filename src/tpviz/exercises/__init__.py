@@ -86,6 +86,9 @@ _HOMES = {
         "check_torus_price",
         "check_wraparound",
     ),
+    "tpviz.matmul.builds": (
+        "check_fsdp_layer",
+    ),
     "tpviz.matmul.exercises": (
         "check_all_gather_bytes",
         "check_cases",
