@@ -22,6 +22,7 @@ _HOMES = {
     "tpviz.autoshard.builds": (
         "check_megatron_shardings",
         "check_rows_over_y",
+        "check_solver_block",
     ),
     "tpviz.autoshard.exercises": (
         "check_column_parallel_bytes",
