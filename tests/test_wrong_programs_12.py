@@ -9,7 +9,7 @@ for the one permute, the permutation inverted, an all-reduce of one-hot blocks) 
 import jax
 import jax.numpy as jnp
 import pytest
-from checking import book_solution, fails, passes
+from checking import book_solution, fails, passes, stub
 from jax.sharding import PartitionSpec as P
 from test_ex_autoshard import MEGATRON, to_rows_over_y
 
@@ -260,3 +260,10 @@ def test_rows_over_y_right_program_passes(capsys):
 def test_rows_over_y_wrong_program_fails(name):
     wrong, words = ROWS_WRONG[name]
     fails(ex.check_rows_over_y, wrong, words=words)
+
+
+def test_solver_block_release_stub_is_not_attempted(capsys):
+    def solver_block(mesh):  # the release's stub
+        raise NotImplementedError("exercise not attempted yet")
+
+    stub(ex.check_solver_block, solver_block, capsys=capsys)
