@@ -87,6 +87,56 @@ def _forward_gathers_in(x, w, d):  # the whole batch's Out computed, this device
     return _mine(_gather(x) @ _gather(w)), _scatter(x.T @ d)
 
 
+# --- a second review's learners (rev03): other ways to JAX's transpose, other collectives ------
+
+def _jacrev(x, w, d):  # the Jacobian of ⟨Out, dOut⟩: reverse mode, so the transpose again
+    return x @ _gather(w), jax.jacrev(lambda w: jnp.vdot(x @ _gather(w), d))(w)
+
+
+def _linear_transpose(x, w, d):  # the forward is linear in W1: JAX transposes it
+    return x @ _gather(w), jax.linear_transpose(lambda w: x @ _gather(w), w)(d)[0]
+
+
+def _linearize(x, w, d):  # linearize, then transpose the linear map
+    out, f = jax.linearize(lambda w: x @ _gather(w), w)
+    return out, jax.linear_transpose(f, w)(d)[0]
+
+
+def _with_gradients(x, w, d):  # chapter 9's helper: forward and gradients in one program
+    out, (dw,) = tpviz.context.run.with_gradients(lambda w: x @ _gather(w))(w, d)
+    return out, dw
+
+
+def _padded_sum(x, w, d):  # W1 "gathered" by an all-reduce of zero-padded blocks
+    n, rows = jax.lax.axis_size("X"), w.shape[0]
+    padded = jnp.zeros((rows * n, w.shape[1]), w.dtype)
+    padded = jax.lax.dynamic_update_slice_in_dim(padded, w, jax.lax.axis_index("X") * rows, 0)
+    return x @ jax.lax.psum(padded, "X"), _scatter(x.T @ d)
+
+
+def _ring(x, w, d):  # the reduce-scatter by hand: N - 1 shifts of one block, each added to
+    n, i = jax.lax.axis_size("X"), jax.lax.axis_index("X")
+    partial = x.T @ d
+    rows = partial.shape[0] // n
+
+    def block(k):
+        return jax.lax.dynamic_slice_in_dim(partial, k * rows, rows, 0)
+
+    acc = block((i - 1) % n)
+    for s in range(1, n):
+        acc = jax.lax.ppermute(acc, "X", [(j, (j + 1) % n) for j in range(n)])
+        acc = acc + block((i - 1 - s) % n)
+    return x @ _gather(w), acc
+
+
+def _whole_gradient(x, w, d):  # all of dW1 on every device: summed, never split
+    return x @ _gather(w), jax.lax.psum(x.T @ d, "X")
+
+
+def _ones(x, w, d):  # the gradient of sum(Out): dOut taken as ones
+    return x @ _gather(w), _scatter(x.T @ jnp.ones_like(d))
+
+
 WRONG = {
     "jax.vjp": (_vjp, r"write what `jax\.vjp` does"),
     "jax.grad": (_grad, r"write what `jax\.grad` does"),
@@ -101,6 +151,14 @@ WRONG = {
     "scattered along F": (_wrong_dimension, r"block of shape \(32, 3\) for dW1"),
     "transposed": (_transposed, r"block of shape \(3, 32\) for dW1"),
     "In gathered for the forward": (_forward_gathers_in, "2 all-gathers where"),
+    "jax.jacrev": (_jacrev, r"write what `jax\.vjp` does"),
+    "jax.linear_transpose": (_linear_transpose, r"write what `jax\.linear_transpose` does"),
+    "jax.linearize, then transposed": (_linearize, r"write what `jax\.linear_transpose`"),
+    "chapter 9's with_gradients": (_with_gradients, r"write what `jax\.vjp` does"),
+    "W1 gathered by an all-reduce": (_padded_sum, "all-reduce .* does not need"),
+    "reduce-scatter by permutes": (_ring, "collective-permute .* does not need"),
+    "dW1 whole": (_whole_gradient, r"block of shape \(32, 24\) for dW1"),
+    "dOut ignored": (_ones, "dW1 has the right shape but wrong values"),
 }
 
 
@@ -124,6 +182,25 @@ def test_right_variants_pass(capsys):
         return jnp.einsum("bd,df->bf", x, _gather(w)), jax.lax.psum_scatter(partial, "X")
 
     passes(ex.check_fsdp_layer, untiled, capsys=capsys)
+
+
+def test_more_right_variants_pass(capsys):
+    """An untiled all-gather reshaped to W1's rows, and the gradient's transpose scattered along
+    its dimension 1 (D) and transposed back; the chapter's all_gather_invariant with the axis
+    named as a tuple and jnp.dot."""
+    def untiled_gather(x, w, d):
+        w_all = jax.lax.all_gather(w, "X").reshape(-1, w.shape[1])  # [N, D/N, F] -> [D, F]
+        dw_t = jax.lax.psum_scatter((x.T @ d).T, "X", scatter_dimension=1, tiled=True)
+        return x @ w_all, dw_t.T
+
+    def invariant(x, w, d):
+        w_all = tpviz.compat.all_gather_invariant(w, "X", axis=0, tiled=True)
+        partial = jnp.einsum("bd,bf->df", x, d)
+        return jnp.dot(x, w_all), jax.lax.psum_scatter(partial, ("X",), scatter_dimension=0,
+                                                        tiled=True)
+
+    passes(ex.check_fsdp_layer, untiled_gather, capsys=capsys)
+    passes(ex.check_fsdp_layer, invariant, capsys=capsys)
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
