@@ -4,10 +4,13 @@ contract, as ``check_megatron_shardings``) and rows over (X, Y) to rows over Y b
 The right programs pass; wrong programs written as a learner would (the greedy solver, both
 weights split by columns, the solved dict or the chapter's runner for the program, the
 compiler's program, the tokens split, the notebook's mesh, no sum, an all-to-all or two permutes
-for the one permute, the permutation inverted, an all-reduce of one-hot blocks) fail. Programs not repeated from tests/test_ex_autoshard.py."""
+for the one permute, the permutation inverted, an all-reduce of one-hot blocks; a second
+review's: Megatron's mlp, the mean for the sum, the exact gelu, 4 devices written in, the
+all-reduce by permutes or twice) fail. Programs not repeated from tests/test_ex_autoshard.py."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from checking import book_solution, fails, passes, stub
 from jax.sharding import PartitionSpec as P
@@ -141,6 +144,39 @@ def _executed(mesh):  # the chapter's runner, asked for the block
     auto.execute(None, None, None)
 
 
+# --- a second review's learners (rev03) --------------------------------------------------------
+
+def _four_devices(mesh):  # a mesh of 4 devices written in
+    four = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("X",))
+    return jax.shard_map(_megatron, mesh=four, in_specs=(WHOLE, COLS, ROWS), out_specs=WHOLE)
+
+
+def _weights_gathered(x, w1, w2):  # both weights made whole first, the block run in full
+    w1 = jax.lax.all_gather(w1, "X", axis=1, tiled=True)
+    return jax.nn.gelu(x @ w1) @ jax.lax.all_gather(w2, "X", axis=0, tiled=True)
+
+
+def _summed_twice(x, w1, w2):  # the sum made "safe": y summed again and divided by N
+    return jax.lax.psum(_megatron(x, w1, w2), "X") / jax.lax.axis_size("X")
+
+
+def _ring(x, w1, w2):  # the all-reduce by hand: N - 1 shifts of the partial sum, added
+    n = jax.lax.axis_size("X")
+    part = jax.nn.gelu(x @ w1) @ w2
+    total, passed = part, part
+    for _ in range(n - 1):
+        passed = jax.lax.ppermute(passed, "X", [(j, (j + 1) % n) for j in range(n)])
+        total = total + passed
+    return total
+
+
+def _jit_around_a_sum(mesh):  # the block left to the compiler, a shard_map only for the output
+    put = {k: jax.sharding.NamedSharding(mesh, v) for k, v in MEGATRON.items()}
+    identity = jax.shard_map(lambda y: y, mesh=mesh, in_specs=WHOLE, out_specs=WHOLE)
+    return jax.jit(lambda x, w1, w2: identity(jax.nn.gelu(x @ w1) @ w2),
+                   in_shardings=(put["x"], put["w1"], put["w2"]), out_shardings=put["y"])
+
+
 SOLVER_WRONG = {
     "the chapter's runner": (_executed, r"write what `tpviz\.autoshard\.run\.execute`"),
     "the Megatron chapter's layers": (
@@ -163,6 +199,23 @@ SOLVER_WRONG = {
                            out_specs=COLS), "the result is held as blocks"),
     "the gelu after the sum": (_shard_map(lambda x, w1, w2: jax.nn.gelu(
         jax.lax.psum((x @ w1) @ w2, "X"))), "wrong values"),
+    "Megatron's mlp": (_shard_map(lambda x, w1, w2: tpviz.megatron.mlp(x, w1, w2, "X")),
+                       r"write what `tpviz\.megatron\.mlp` does"),
+    "Megatron's reduce": (_shard_map(lambda x, w1, w2: tpviz.megatron.reduce_from_tp_region(
+        jax.nn.gelu(x @ w1) @ w2, "X")), r"write what `tpviz\.megatron\.reduce_from_tp_region`"),
+    "the mean, not the sum": (_shard_map(lambda x, w1, w2: jax.lax.pmean(
+        jax.nn.gelu(x @ w1) @ w2, "X")), "y is 8 times too small: .* averaged"),
+    "the exact gelu": (_shard_map(lambda x, w1, w2: jax.lax.psum(jax.nn.gelu(
+        x @ w1, approximate=False) @ w2, "X")), r"the exact gelu \(approximate=False\)"),
+    "4 devices written in": (_four_devices, "ran on 4 devices, not on the 8"),
+    "weights gathered": (_shard_map(_weights_gathered, check_vma=False),
+                         "all-gather .* does not need"),
+    "summed twice": (_shard_map(_summed_twice), "2 all-reduces where the exercise needs 1"),
+    "all-reduce by permutes": (_shard_map(_ring, check_vma=False),
+                               "collective-permute .* does not need"),
+    "jit around an identity shard_map": (_jit_around_a_sum, "computes outside its jax.shard_map"),
+    "no sum, replication checked": (_shard_map(lambda x, w1, w2: jax.nn.gelu(x @ w1) @ w2),
+                                    "require replication"),
 }
 
 
@@ -191,6 +244,17 @@ def test_solver_block_right_variants_pass(capsys):
 
     passes(ex.check_solver_block, from_choice, capsys=capsys)
     passes(ex.check_solver_block, _shard_map(_megatron), capsys=capsys)
+
+
+def test_solver_block_axis_read_as_a_tuple_passes(capsys):
+    """The mesh's axis names as a tuple, for the specs and the sum, and specs spelled in full."""
+    def spelled(mesh):
+        axes = mesh.axis_names
+        return jax.jit(jax.shard_map(
+            lambda x, w1, w2: jax.lax.psum(jnp.dot(jax.nn.gelu(jnp.dot(x, w1)), w2), axes),
+            mesh=mesh, in_specs=(P(None, None), P(None, axes), P(axes)), out_specs=P(None, None)))
+
+    passes(ex.check_solver_block, spelled, capsys=capsys)
 
 
 @pytest.mark.parametrize("name", sorted(SOLVER_WRONG))

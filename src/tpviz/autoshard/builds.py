@@ -106,12 +106,25 @@ def _solver_program(answer, case):
     return fn
 
 
-def _other_mesh(case, got, want) -> str | None:
-    """A program built on a mesh of its own (the notebook's ``mesh8``), not the one given."""
+def _diagnose_block(case, got, want) -> str | None:
+    """A program built on a mesh of its own (the notebook's ``mesh8``), not the one given; a y
+    averaged over the devices (``pmean``) where the block needs their sum; the exact gelu where
+    the solver's graph has ``jax.nn.gelu``'s default, the tanh approximation."""
     devices = getattr(getattr(got, "sharding", None), "device_set", None)
     if devices is not None and set(devices) != set(case.mesh.devices.flat):
         return (f"your program ran on {len(devices)} devices, not on the {case.n} of the mesh "
                 "solver_block(mesh) was given: build the shard_map on its argument.")
+    y = np.asarray(got) if hasattr(got, "shape") else None
+    if (y is not None and y.shape == want.shape and not np.allclose(y, want, rtol=1e-4, atol=1e-5)
+            and np.allclose(y * case.n, want, rtol=1e-4, atol=1e-4)):
+        return (f"y is {case.n} times too small: the devices' partial sums were averaged, not "
+                "added; y is their sum.")
+    if y is not None and y.shape == want.shape and not np.allclose(y, want, rtol=1e-4, atol=1e-5):
+        x, w1, w2 = (np.asarray(a) for a in case.args)
+        exact = np.asarray(jax.nn.gelu(x @ w1, approximate=False) @ w2)
+        if np.allclose(y, exact, rtol=1e-4, atol=1e-5):
+            return ("y is the block with the exact gelu (approximate=False); the solver's graph "
+                    "and this check use jax.nn.gelu as it is, its tanh approximation.")
     return None
 
 
@@ -122,7 +135,7 @@ SOLVER_BLOCK = harness.Build(
     what="your block", layouts=("x[B, H]", "W1[H, F_X]", "W2[F_X, H]"), out="y[B, H]",
     axes=("X",), per_device=False, manual=True, program=_solver_program,
     inputs=_block_inputs, reference=lambda x, w1, w2: np.asarray(jax.nn.gelu(x @ w1) @ w2),
-    diagnose=_other_mesh,
+    diagnose=_diagnose_block,
     cases=(((8,), {"B": 64, "H": 256, "F": 1024}), ((8,), {"B": 32, "H": 128, "F": 512}),
            ((4,), {"B": 64, "H": 256, "F": 1024}), ((4,), {"B": 24, "H": 40, "F": 96})),
     collectives=lambda case: [harness.Expect("all-reduce", case.sizes["B"] * case.sizes["H"] * 4,
