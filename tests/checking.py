@@ -27,7 +27,7 @@ def stub(check, *args, capsys):
 
 def book_solution(notebook: str, name: str):
     """The function ``name`` as the book's solution cell in ``book/<notebook>`` defines it, run
-    with the imports the chapters use (NumPy, JAX, math)."""
+    with the imports the chapters use (NumPy, JAX, math, tpviz, ``P``)."""
     import json
     import math
     from pathlib import Path
@@ -35,12 +35,16 @@ def book_solution(notebook: str, name: str):
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from jax.sharding import PartitionSpec
+
+    import tpviz
 
     cells = json.loads((Path(__file__).parents[1] / "book" / notebook).read_text())["cells"]
     for cell in cells:
         source = "".join(cell["source"])
         if "# BEGIN SOLUTION" in source and f"def {name}(" in source:
-            scope = {"np": np, "jnp": jnp, "jax": jax, "math": math}
+            scope = {"np": np, "jnp": jnp, "jax": jax, "math": math, "tpviz": tpviz,
+                     "P": PartitionSpec}
             exec(compile(source, f"{notebook}:{name}", "exec"), scope)
             return scope[name]
     raise LookupError(f"no solution cell of {notebook} defines {name}")

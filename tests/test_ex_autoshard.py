@@ -1,7 +1,8 @@
 """Chapter 12's build checkers on the harness: the solver's Megatron choice written as shardings
-(12.4), on 8 and 4 devices with the solver out of reach; and rows over (X, Y) resharded to rows
-over Y by hand in shard_map (12.9), on three meshes. The book's solutions pass; wrong answers
-written as a learner would fail with a message that names the mistake."""
+(the old 12.4, kept for the contract; the new 12.4 is in test_wrong_programs_12.py), on 8 and 4
+devices with the solver out of reach; and rows over (X, Y) resharded to rows over Y by hand in
+shard_map (12.9), on three meshes. The book's solutions pass; wrong answers written as a learner
+would fail with a message that names the mistake."""
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +16,7 @@ from tpviz import megatron
 
 ex = tpviz.exercises
 
-# --- 12.4 the solver's choice as shardings -------------------------------------------------------
+# --- the old 12.4: the shardings (kept for the contract) ------------------------------------------
 MEGATRON = dict(x=P(), w1=P(None, "X"), h=P(None, "X"), w2=P("X", None), y=P())
 
 

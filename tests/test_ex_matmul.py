@@ -1,7 +1,8 @@
-"""Chapter 3's build checkers on the harness: the column-parallel matmul (3.1), its
-reduce-scatter variant (3.2) and FSDP's case 2 (3.6). The book's solutions pass; the wrong
-answers of issue 39 and wrong programs written as a learner would fail with a message that
-names the mistake."""
+"""Chapter 3's build checkers on the harness: the column-parallel matmul (3.1, now multi-step),
+its reduce-scatter variant (3.2) and FSDP's case 2 (the old 3.6, forward only:
+`check_fsdp_matmul`, kept for the contract; the new 3.6 is in test_wrong_programs_03.py). The
+book's solutions pass; the wrong answers of issue 39 and wrong programs written as a learner
+would fail with a message that names the mistake."""
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,7 @@
 """Build exercises of the automatic-parallelization chapter, on :mod:`tpviz.core.harness`: the
-solver's Megatron choice written as shardings (12.4), and the resharding GSPMD pays an extra
-permute for, written by hand in ``shard_map`` (12.9)."""
+solver's Megatron choice written as a per-device program (12.4; the shardings alone, the old
+12.4, stay checkable), and the resharding GSPMD pays an extra permute for, written by hand in
+``shard_map`` (12.9)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,75 @@ def check_megatron_shardings(fn) -> str:
     shardings (on 8 and 4 devices, at several sizes, the solver out of reach) equals one device
     and compiles to exactly the solver's collectives (one all-reduce of y)."""
     return harness.grade(fn, MEGATRON)
+
+
+# --- 12.4 the solver's choice as a per-device program -------------------------------------------
+# the solvers, the chapter's runners of a choice, and the Megatron chapter's layers
+RUNNERS = (*SOLVERS, "tpviz.autoshard.run.execute", "tpviz.autoshard.run.program",
+           "tpviz.autoshard.run.function", "tpviz.megatron.row_parallel",
+           "tpviz.megatron.column_parallel", "tpviz.megatron.mlp", "tpviz.megatron.forward",
+           "tpviz.megatron.reduce_from_tp_region", "tpviz.mesh2d.run.mlp")
+
+
+def _solver_program(answer, case):
+    """The learner's ``solver_block(mesh)``, called for the case's mesh: it must return the
+    program (a ``jax.shard_map``, jitted or not), not the shardings."""
+    fn = harness.guarded(answer, case.mesh, what="your solver_block(mesh)", names=RUNNERS)
+    if isinstance(fn, dict) or not callable(fn):
+        raise Wrong(f"solver_block(mesh) returned {type(fn).__name__}; return the program: a "
+                    "jax.shard_map of your per-device block on that mesh, called as "
+                    "program(x, w1, w2).", SOLVER_HINT)
+    return fn
+
+
+def _diagnose_block(case, got, want) -> str | None:
+    """A program built on a mesh of its own (the notebook's ``mesh8``), not the one given; a y
+    averaged over the devices (``pmean``) where the block needs their sum; the exact gelu where
+    the solver's graph has ``jax.nn.gelu``'s default, the tanh approximation."""
+    devices = getattr(getattr(got, "sharding", None), "device_set", None)
+    if devices is not None and set(devices) != set(case.mesh.devices.flat):
+        return (f"your program ran on {len(devices)} devices, not on the {case.n} of the mesh "
+                "solver_block(mesh) was given: build the shard_map on its argument.")
+    y = np.asarray(got) if hasattr(got, "shape") else None
+    if (y is not None and y.shape == want.shape and not np.allclose(y, want, rtol=1e-4, atol=1e-5)
+            and np.allclose(y * case.n, want, rtol=1e-4, atol=1e-4)):
+        return (f"y is {case.n} times too small: the devices' partial sums were averaged, not "
+                "added; y is their sum.")
+    if y is not None and y.shape == want.shape and not np.allclose(y, want, rtol=1e-4, atol=1e-5):
+        x, w1, w2 = (np.asarray(a) for a in case.args)
+        exact = np.asarray(jax.nn.gelu(x @ w1, approximate=False) @ w2)
+        if np.allclose(y, exact, rtol=1e-4, atol=1e-5):
+            return ("y is the block with the exact gelu (approximate=False); the solver's graph "
+                    "and this check use jax.nn.gelu as it is, its tanh approximation.")
+    return None
+
+
+SOLVER_HINT = ("The solver printed a strategy per operator: how is each of x, W1, the gelu's "
+               "output and W2 split over X? Each device then holds a partial sum of y: "
+               "which one collective makes y whole on every device?")
+SOLVER_BLOCK = harness.Build(
+    what="your block", layouts=("x[B, H]", "W1[H, F_X]", "W2[F_X, H]"), out="y[B, H]",
+    axes=("X",), per_device=False, manual=True, program=_solver_program,
+    inputs=_block_inputs, reference=lambda x, w1, w2: np.asarray(jax.nn.gelu(x @ w1) @ w2),
+    diagnose=_diagnose_block,
+    cases=(((8,), {"B": 64, "H": 256, "F": 1024}), ((8,), {"B": 32, "H": 128, "F": 512}),
+           ((4,), {"B": 64, "H": 256, "F": 1024}), ((4,), {"B": 24, "H": 40, "F": 96})),
+    collectives=lambda case: [harness.Expect("all-reduce", case.sizes["B"] * case.sizes["H"] * 4,
+                                             ("X",), what="y")],
+    unavailable=RUNNERS, hint=SOLVER_HINT,
+    praise="The solver's choice run as it planned: W1 by columns, the gelu where its columns "
+           "are, W2 by rows, and one all-reduce of y.", rtol=1e-4, atol=1e-5)
+
+
+@checker("The solver's choice as a per-device program")
+def check_solver_block(fn) -> str:
+    """``fn(mesh) -> program``, ``program(x, w1, w2) -> y`` on a mesh of one axis "X": the MLP
+    block y = gelu(x·W1)·W2 written as a ``jax.shard_map`` in the layouts the solver chose
+    (x whole, W1 by columns, W2 by rows, y whole). On 8 and 4 devices at several sizes, the
+    solver and the library's runners out of reach: values against one device, the compiled
+    program's input and output shardings, and exactly the solver's one all-reduce of y
+    (B·H·4 bytes)."""
+    return harness.grade(fn, SOLVER_BLOCK)
 
 
 # --- 12.9 rows over (X, Y) to rows over Y, by hand ---------------------------------------------

@@ -49,7 +49,9 @@ class Unavailable(BaseException):
 
 
 def message(name: str) -> str:
-    """What a checker says when the learner's code called ``name``."""
+    """What a checker says when the learner's code called ``name`` (a name watched as
+    ``"jax.vjp.__wrapped__"``, the function inside a wrapper that many share, says ``jax.vjp``)."""
+    name = name.removesuffix(".__wrapped__")
     return (f"this exercise asks you to write what `{name}` does, and your code called it. "
             "Write it yourself, with the building blocks the exercise names.")
 

@@ -22,6 +22,7 @@ _HOMES = {
     "tpviz.autoshard.builds": (
         "check_megatron_shardings",
         "check_rows_over_y",
+        "check_solver_block",
     ),
     "tpviz.autoshard.exercises": (
         "check_column_parallel_bytes",
@@ -85,6 +86,9 @@ _HOMES = {
         "check_sharp",
         "check_torus_price",
         "check_wraparound",
+    ),
+    "tpviz.matmul.builds": (
+        "check_fsdp_layer",
     ),
     "tpviz.matmul.exercises": (
         "check_all_gather_bytes",
