@@ -75,7 +75,8 @@ def _notebook(path, *sources):
 @pytest.mark.slow
 def test_a_chapter_whose_kernel_sits_idle_is_ended(root_conftest, monkeypatch, tmp_path):
     """make test's chapter runner ends a run whose whole process tree uses no CPU for IDLE_S
-    (a stalled kernel), and keeps one that computes or starts workers."""
+    (a stalled kernel), and keeps one that computes or starts workers; its kernel compiles
+    with XLA's default flags."""
     monkeypatch.setattr(root_conftest, "IDLE_S", 6)
     idle = _notebook(tmp_path / "idle.ipynb", "import time\ntime.sleep(120)")
     start = __import__("time").monotonic()
@@ -85,6 +86,7 @@ def test_a_chapter_whose_kernel_sits_idle_is_ended(root_conftest, monkeypatch, t
     busy = _notebook(tmp_path / "busy.ipynb",
                      "import subprocess, sys\n"
                      "subprocess.run([sys.executable, '-c', 'x = 0\\nfor i in range(10**8): "
-                     "x += i'], check=True)\nprint('done')")
+                     "x += i'], check=True)\nimport os\n"
+                     "assert 'optimization_level' not in os.environ.get('XLA_FLAGS', '')")
     report = root_conftest._run_apart(busy, str(tmp_path / "busy_out.ipynb"))
     assert report is not None and report["error"] is None and not report["timed_out"]
