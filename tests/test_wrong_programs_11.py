@@ -7,7 +7,7 @@ repeated from tests/test_ex_together.py."""
 import jax
 import jax.numpy as jnp
 import pytest
-from checking import fails, passes
+from checking import book_solution, fails, passes
 from test_ex_together import block, reduce_gradient
 
 import tpviz
@@ -72,6 +72,126 @@ def test_grid_mlp_right_program_passes(capsys):
 def test_grid_mlp_wrong_program_fails(name):
     wrong, words = GRID_MLP_WRONG[name]
     fails(ex.check_grid_mlp, wrong, words=words)
+
+
+# --- 11.6 the block's step: forward and data-parallel weight gradients --------------------------
+
+block_step = book_solution("11_together.ipynb", "block_step")
+
+
+def _backward(x, w1, w2, y, n):  # the shared hand-written backward of the wrong programs below
+    z = x @ w1
+    dy = y / n
+    _, back = jax.vjp(jax.nn.gelu, z)
+    (dz,) = back(dy @ w2.T)
+    return x.T @ dz, jax.nn.gelu(z).T @ dy
+
+
+def _forward(x, w1, w2):
+    return jax.lax.psum(jax.nn.gelu(x @ w1) @ w2, "tensor")
+
+
+def _step(n_of, sync):  # a step whose mean divides by n_of(x) and whose gradients go by sync
+    def step(x, w1, w2):
+        y = _forward(x, w1, w2)
+        dw1, dw2 = _backward(x, w1, w2, y, n_of(x))
+        return y, sync(dw1), sync(dw2)
+    return step
+
+
+def _over_data(g):
+    return jax.lax.psum(g, "data")
+
+
+def _global(x):
+    return x.shape[0] * jax.lax.axis_size("data")
+
+
+def _by_grad(x, w1, w2):  # right too: jax.grad (check_vma=True) adds over data by itself
+    n = _global(x)
+
+    def loss(w1, w2):
+        y = _forward(x, w1, w2)
+        return (y * y).sum() / (2 * n), y
+
+    (dw1, dw2), y = jax.grad(loss, argnums=(0, 1), has_aux=True)(w1, w2)
+    return y, dw1, dw2
+
+
+def _by_grad_and_psum(x, w1, w2):  # jax.grad, and then the data sum again
+    y, dw1, dw2 = _by_grad(x, w1, w2)
+    return y, _over_data(dw1), _over_data(dw2)
+
+
+def _weights_gathered(x, w1, w2):  # whole weights gathered over tensor, the shards cut out
+    t, k = jax.lax.axis_index("tensor"), w1.shape[1]
+    w1s = jax.lax.all_gather(w1, "tensor", axis=1, tiled=True)
+    w2s = jax.lax.all_gather(w2, "tensor", axis=0, tiled=True)
+    y = jax.nn.gelu(x @ w1s) @ w2s
+    dw1, dw2 = _backward(x, w1s, w2s, y, _global(x))
+    return (y, _over_data(jax.lax.dynamic_slice_in_dim(dw1, t * k, k, axis=1)),
+            _over_data(jax.lax.dynamic_slice_in_dim(dw2, t * k, k, axis=0)))
+
+
+def _bf16_gradients(g):
+    return jax.lax.psum(g.astype(jnp.bfloat16), "data").astype(g.dtype)
+
+
+GRID_STEP_WRONG = {
+    "chapter 4's row-parallel layer": (
+        lambda x, w1, w2: (megatron.row_parallel(jax.nn.gelu(x @ w1), w2, "tensor"), w1, w2),
+        r"write what `tpviz\.megatron\.row_parallel`"),
+    "the mean over this shard's tokens": (_step(lambda x: x.shape[0], _over_data),
+                                          "2 times too large: the loss's mean taken over"),
+    "d = 2 hard-coded": (_step(lambda x: 2 * x.shape[0], _over_data),
+                         r"right on the 2×4 mesh .* but on the 4×2 mesh.*times the right value: check the loss's 1/B"),
+    "gradients not added over data": (_step(_global, lambda g: g), "dW1 holds only data replica 0's share"),
+    "gradients added over both axes": (
+        _step(_global, lambda g: jax.lax.psum(g, ("data", "tensor"))), "wrong values|times"),
+    "gradients averaged over data": (
+        _step(_global, lambda g: jax.lax.pmean(g, "data")), "2 times too small"),
+    "jax.grad, then a psum over data": (_by_grad_and_psum, "times too large"),
+    "weights gathered over tensor": (_weights_gathered, "all-gather along"),
+    "gradients summed in bf16": (_step(_global, _bf16_gradients), "wrong values|bytes"),
+}
+
+
+def test_grid_step_book_solution_passes(capsys):
+    passes(ex.check_grid_mlp_step, block_step, capsys=capsys)
+
+
+def test_grid_step_by_grad_passes(capsys):
+    """jax.grad inside the shard_map (check_vma=True) transposes the forward's psum and adds a
+    data-invariant weight's gradient over data: right, with the same compiled collectives."""
+    passes(ex.check_grid_mlp_step, _by_grad, capsys=capsys)
+
+
+@pytest.mark.parametrize("name", sorted(GRID_STEP_WRONG))
+def test_grid_step_wrong_program_fails(name):
+    wrong, words = GRID_STEP_WRONG[name]
+    fails(ex.check_grid_mlp_step, wrong, words=words)
+
+
+def test_grid_step_reference_is_jax_grad():
+    """The checker's hand-written reference against jax.grad of L = ||y||² / 2B on one device."""
+    import numpy as np
+
+    from tpviz.together.builds import _mlp_inputs, _step_reference
+
+    x, w1, w2 = _mlp_inputs({"B": 6, "H": 4, "F": 10}, np.random.default_rng(3))
+
+    def loss(w1, w2):
+        y = jax.nn.gelu(x @ w1) @ w2
+        return (y * y).sum() / (2 * x.shape[0])
+
+    want = (jax.nn.gelu(x @ w1) @ w2, *jax.grad(loss, argnums=(0, 1))(w1, w2))
+    for got, w in zip(_step_reference(x, w1, w2), want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+def test_old_block_answers_the_old_check(capsys):
+    """The contract: check_grid_mlp keeps its name, its call and its answer."""
+    passes(ex.check_grid_mlp, block, capsys=capsys)
 
 
 # --- 11.7 ZeRO's reduction over data -----------------------------------------------------------

@@ -152,6 +152,7 @@ _HOMES = {
     ),
     "tpviz.together.builds": (
         "check_grid_mlp",
+        "check_grid_mlp_step",
         "check_grid_reduce_scatter",
     ),
     "tpviz.together.exercises": (
