@@ -24,7 +24,6 @@ SHORT = {
     "0.5": "one all_to_all",
     "3.1": "x @ w, with the shard_map's specs doing the work",
     "3.6": "one all_gather, then the matmul",
-    "11.7": "one psum_scatter",
     "12.4": "a dict of five specs",
     "13.4": "a dict of two styles",
     "13.7": "a dict of three styles (their layouts are the choices)",

@@ -11,7 +11,7 @@ from checking import book_solution, fails, passes
 from test_ex_together import block, reduce_gradient
 
 import tpviz
-from tpviz import megatron
+from tpviz import megatron, mesh2d, zero
 
 ex = tpviz.exercises
 
@@ -263,3 +263,98 @@ def test_grid_reduce_scatter_by_all_to_all_passes(capsys):
 def test_grid_reduce_scatter_wrong_program_fails(name):
     wrong, words = GRID_SCATTER_WRONG[name]
     fails(ex.check_grid_reduce_scatter, wrong, words=words)
+
+
+# --- 11.7 a ZeRO step on the data axis ------------------------------------------------------------
+
+zero_step = book_solution("11_together.ipynb", "zero_step")
+LR, BETA = 0.1, 0.9
+
+
+def _rows(w, rows):  # this replica's rows of w
+    return jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index("data") * rows, rows, axis=0)
+
+
+def _sgd(w, m, mean):  # the update on this replica's rows, then every row to every replica
+    m = BETA * m + mean
+    mine = _rows(w, m.shape[0]) - LR * m
+    return jax.lax.all_gather(mine, "data", axis=0, tiled=True), m
+
+
+def _scattered(g, axis="data"):
+    return jax.lax.psum_scatter(g, axis, scatter_dimension=0, tiled=True)
+
+
+def _zero_mean_first(w, m, g):  # right too: the mean taken before the scatter
+    d = jax.lax.axis_size("data")
+    return _sgd(w, m, _scattered(g / d))
+
+
+def _all_reduced(w, m, g):  # psum, then this replica's rows sliced out
+    mean = jax.lax.psum(g, "data") / jax.lax.axis_size("data")
+    return _sgd(w, m, _rows(mean, m.shape[0]))
+
+
+def _state_gathered(w, m, g):  # the momentum gathered, the whole parameter updated everywhere
+    mean = jax.lax.pmean(g, "data")
+    whole = BETA * jax.lax.all_gather(m, "data", axis=0, tiled=True) + mean
+    return w - LR * whole, _rows(whole, m.shape[0])
+
+
+def _not_gathered(w, m, g):  # own rows updated in place, the other replicas' rows left stale
+    m = BETA * m + _scattered(g) / jax.lax.axis_size("data")
+    start = jax.lax.axis_index("data") * m.shape[0]
+    mine = _rows(w, m.shape[0]) - LR * m
+    return jax.lax.dynamic_update_slice_in_dim(w, mine, start, axis=0), m
+
+
+def _gradient_gathered(w, m, g):  # every replica's gradient gathered, summed, rows sliced
+    d, rows = jax.lax.axis_size("data"), m.shape[0]
+    every = jax.lax.all_gather(g, "data", axis=0, tiled=False).sum(0) / d
+    return _sgd(w, m, _rows(every, rows))
+
+
+def _bf16_zero(w, m, g):  # the reduce-scatter in bfloat16
+    mean = _scattered(g.astype(jnp.bfloat16)).astype(g.dtype) / jax.lax.axis_size("data")
+    return _sgd(w, m, mean)
+
+
+GRID_ZERO_WRONG = {
+    "psum then slice": (_all_reduced, "all-reduce along 'data'"),
+    "momentum gathered, whole update": (_state_gathered, "all-gather along 'data'|all-reduce"),
+    "updated rows not gathered": (_not_gathered, r"only rows 0…3 of the parameter were updated"),
+    "scattered over tensor": (lambda w, m, g: _sgd(w, m, _scattered(g, "tensor") / 2),
+                              "shape|wrong values|tensor"),
+    "d = 2 hard-coded": (lambda w, m, g: _sgd(w, m, _scattered(g) / 2),
+                         r"right on the 2×4 mesh .* but on the 4×2 mesh.*divided by 2, but this "
+                         "mesh has 4 data replicas"),
+    "the sum, not the mean": (lambda w, m, g: _sgd(w, m, _scattered(g)),
+                              "the sum of the 2 replicas' gradients: the step uses their mean"),
+    "chapter 6's reduce-scatter": (
+        lambda w, m, g: _sgd(w, m, mesh2d.run.reduce_scatter(g.T, "data").T / 2),
+        r"write what `tpviz\.mesh2d\.run\.reduce_scatter`"),
+    "chapter 5's adam": (
+        lambda w, m, g: zero.run.adam(w, g, m, m, 1)[:2],
+        r"write what `tpviz\.zero\.run\.adam`"),
+    "gradient all-gathered": (_gradient_gathered, "all-gather along 'data' of"),
+    "in bf16": (_bf16_zero, "wrong values|bytes"),
+}
+
+
+def test_grid_zero_book_solution_passes(capsys):
+    passes(ex.check_grid_zero_step, zero_step, capsys=capsys)
+
+
+def test_grid_zero_mean_first_passes(capsys):
+    passes(ex.check_grid_zero_step, _zero_mean_first, capsys=capsys)
+
+
+@pytest.mark.parametrize("name", sorted(GRID_ZERO_WRONG))
+def test_grid_zero_wrong_program_fails(name):
+    wrong, words = GRID_ZERO_WRONG[name]
+    fails(ex.check_grid_zero_step, wrong, words=words)
+
+
+def test_old_reduce_gradient_answers_the_old_check(capsys):
+    """The contract: check_grid_reduce_scatter keeps its name, its call and its answer."""
+    passes(ex.check_grid_reduce_scatter, reduce_gradient, capsys=capsys)

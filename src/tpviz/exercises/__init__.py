@@ -155,6 +155,9 @@ _HOMES = {
         "check_grid_mlp_step",
         "check_grid_reduce_scatter",
     ),
+    "tpviz.together.builds_zero": (
+        "check_grid_zero_step",
+    ),
     "tpviz.together.exercises": (
         "check_3d_bubble",
         "check_3d_design",
