@@ -169,7 +169,8 @@ def _step_diagnose(case, got, want) -> str | None:
                     "a weight held alike on every data replica)")
         if np.isclose(k, 1 / d):
             return (f"{name} is {d} times too small: averaged over the data replicas as well "
-                    "as over the batch")
+                    f"as over the batch, or B counted as more than this mesh's {d} data shards "
+                    f"of B/{d} tokens (read d from the mesh)")
         return (f"{name} is {k:.3g} times the right value: check the loss's 1/B (B the whole "
                 f"batch, {d} data shards of B/{d} tokens: read the count from the mesh) and "
                 "the axes each gradient is summed over")
