@@ -35,6 +35,25 @@ def _reference(w, m, g, case):
     return _update(w, m, g, case.size("data"))
 
 
+def _mistakes(w, m, g, d: int) -> dict:
+    """The parameter after a learner's usual slips, each with what it says."""
+    mean = np.asarray(g).reshape(d, *np.shape(w)).sum(0) / d
+    rows = np.shape(w)[0] // d
+    own = np.concatenate([np.asarray(g)[r * (d + 1) * rows:(r * (d + 1) + 1) * rows]
+                          for r in range(d)])  # replica r's own gradient, its rows r
+    lag = "the replicas saw different tokens: sum the gradient over 'data' first"
+    return {
+        f"each replica's rows moved by its own gradient only: {lag}": w - LR * (BETA * m + own),
+        f"each replica's rows moved by its own gradient over {d}: {lag}":
+            w - LR * (BETA * m + own / d),
+        "the parameter moved by the mean gradient alone: SGD with momentum moves it by the new "
+        "momentum, m ← β·m + ḡ": w - LR * mean,
+        "the parameter moved by the momentum passed in: update the momentum first, then move "
+        "the parameter by the new one": w - LR * m,
+        "the momentum added (1 − β)·ḡ: this step adds the mean gradient itself, m ← β·m + ḡ":
+            w - LR * (BETA * m + (1 - BETA) * mean)}
+
+
 def _diagnose(case, got, want) -> str | None:
     if not isinstance(got, tuple | list) or len(got) != 2:
         return None
@@ -50,6 +69,12 @@ def _diagnose(case, got, want) -> str | None:
         if np.allclose(got_w, _update(w, m, g, d, divisor=k)[0], rtol=1e-4, atol=1e-5):
             return (f"the gradients' sum is divided by {k}, but this mesh has {d} data "
                     "replicas: read their number from the mesh")
+    for message, other in _mistakes(w, m, g, d).items():
+        if np.allclose(got_w, other, rtol=1e-4, atol=1e-5):
+            return message
+    if np.allclose(got_w, want[0], rtol=1e-4, atol=1e-5) and \
+            np.allclose(np.asarray(got[1]), m, rtol=1e-4, atol=1e-5):
+        return "the momentum returned is the one passed in: return its updated rows"
     rows = np.shape(w)[0] // d
     for r in range(d):  # one replica's own rows everywhere, the others' left as they were
         part = np.array(w)
