@@ -358,3 +358,200 @@ def test_grid_zero_wrong_program_fails(name):
 def test_old_reduce_gradient_answers_the_old_check(capsys):
     """The contract: check_grid_reduce_scatter keeps its name, its call and its answer."""
     passes(ex.check_grid_reduce_scatter, reduce_gradient, capsys=capsys)
+
+
+# --- review (rev11): more learners' programs for 11.6's step and 11.7's ZeRO step -------------
+# Expected diagnoses are from the math: with L = ||y||² / 2B over the whole batch, each data
+# replica's weight gradients add over 'data' (y / B with B = d·B/d); ZeRO's step is the mean of
+# the d gradients, m ← β·m + ḡ, w ← w − lr·m, on the replica's H/d rows.
+
+def _rv_hand(x, w1, w2, dy):  # dL/dW1, dL/dW2 from this device's shards and a given dL/dy
+    z = x @ w1
+    _, back = jax.vjp(jax.nn.gelu, z)
+    (dz,) = back(dy @ w2.T)
+    return x.T @ dz, jax.nn.gelu(z).T @ dy
+
+
+def _rv_step(dy_of, sync):  # the forward, dL/dy = dy_of(x, partial, y), gradients through sync
+    def step(x, w1, w2):
+        partial = jax.nn.gelu(x @ w1) @ w2
+        y = jax.lax.psum(partial, "tensor")
+        dw1, dw2 = _rv_hand(x, w1, w2, dy_of(x, partial, y))
+        return y, sync(dw1), sync(dw2)
+    return step
+
+
+def _rv_data(g):
+    return jax.lax.psum(g, "data")
+
+
+def _rv_whole_b(x, y):
+    return y / (x.shape[0] * jax.lax.axis_size("data"))
+
+
+def _rv_grad_of(loss_of, sync=lambda g: g):  # jax.grad of loss_of(x, w1, w2) -> (L, y)
+    def step(x, w1, w2):
+        (dw1, dw2), y = jax.grad(lambda a, b: loss_of(x, a, b), argnums=(0, 1),
+                                 has_aux=True)(w1, w2)
+        return y, sync(dw1), sync(dw2)
+    return step
+
+
+def _rv_psum_loss(x, w1, w2):  # right: the loss itself summed over data, then jax.grad
+    y = jax.lax.psum(jax.nn.gelu(x @ w1) @ w2, "tensor")
+    n = x.shape[0] * jax.lax.axis_size("data")
+    return jax.lax.psum((y * y).sum(), "data") / (2 * n), y
+
+
+def _rv_megatron_loss(x, w1, w2):  # the library's f/g layer, differentiated
+    y = megatron.run.mlp(x, w1, w2, "tensor")
+    return (y * y).sum() / (2 * x.shape[0] * jax.lax.axis_size("data")), y
+
+
+def _rv_partial_loss(x, w1, w2):  # the loss of this device's partial y, not of the sum
+    p = jax.nn.gelu(x @ w1) @ w2
+    return (p * p).sum() / (2 * x.shape[0] * jax.lax.axis_size("data")), jax.lax.psum(p, "tensor")
+
+
+def _rv_gather_sum(g):  # every replica's gradient gathered over data, then added
+    return jax.lax.all_gather(g, "data").sum(0)
+
+
+def _rv_scatter_gather(g):  # ZeRO's pair for the weight gradients: right sum, other kinds
+    return jax.lax.all_gather(jax.lax.psum_scatter(g, "data", tiled=True), "data", tiled=True)
+
+
+def _rv_dx_too(x, w1, w2):  # right values, plus f's backward: dL/dx all-reduced over tensor
+    y, dw1, dw2 = _rv_step(lambda x, p, y: _rv_whole_b(x, y), _rv_data)(x, w1, w2)
+    dy = _rv_whole_b(x, y)
+    _, back = jax.vjp(jax.nn.gelu, x @ w1)
+    dx = jax.lax.psum(back(dy @ w2.T)[0] @ w1.T, "tensor")
+    return y + 0.0 * dx, dw1, dw2
+
+
+def _rv_one_all_reduce(x, w1, w2):  # right: both gradients in one all-reduce over data
+    y, dw1, dw2 = _rv_step(lambda x, p, y: _rv_whole_b(x, y), lambda g: g)(x, w1, w2)
+    both = jax.lax.psum(jnp.concatenate([dw1, dw2.T]), "data")
+    return y, both[:dw1.shape[0]], both[dw1.shape[0]:].T
+
+
+RV_STEP_WRONG = {
+    "jax.grad through megatron.mlp": (_rv_grad_of(_rv_megatron_loss),
+                                      r"write what `tpviz\.megatron\.mlp`"),
+    "jax.grad of the partial y's loss": (_rv_grad_of(_rv_partial_loss, _rv_data),
+                                         "dW1 has the right shape but wrong values"),
+    "dL/dy from the partial y": (_rv_step(lambda x, p, y: _rv_whole_b(x, p), _rv_data),
+                                 "dW1 has the right shape but wrong values"),
+    "gradients summed over 'tensor', not 'data'": (
+        _rv_step(lambda x, p, y: _rv_whole_b(x, y), lambda g: jax.lax.psum(g, "tensor")),
+        "replication|wrong values"),
+    "d = 4 hard-coded": (_rv_step(lambda x, p, y: y / (4 * x.shape[0]), _rv_data),
+                         "dW1 is 2 times too small: .*read d from the mesh"),
+    "gradients all-gathered and added": (
+        _rv_step(lambda x, p, y: _rv_whole_b(x, y), _rv_gather_sum),
+        "right values, but .*all-gather along"),
+    "gradients reduce-scattered and gathered": (
+        _rv_step(lambda x, p, y: _rv_whole_b(x, y), _rv_scatter_gather),
+        "right values, but .*reduce-scatter along"),
+    "dL/dx all-reduced over tensor too": (_rv_dx_too,
+                                          r"2 all-reduce\(s\) over 'tensor' of 256 bytes"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RV_STEP_WRONG))
+def test_review_grid_step_wrong_program_fails(name):
+    wrong, words = RV_STEP_WRONG[name]
+    fails(ex.check_grid_mlp_step, wrong, words=words)
+
+
+@pytest.mark.parametrize("right", [
+    _rv_grad_of(_rv_psum_loss),  # jax.grad of a loss psum'd over data: the data sum by JAX
+    _rv_step(lambda x, p, y: y / x.shape[0], lambda g: jax.lax.pmean(g, "data")),  # shard mean
+    _rv_one_all_reduce], ids=["grad of psum'd loss", "shard mean, pmean", "one all-reduce"])
+def test_review_grid_step_right_variant_passes(right, capsys):
+    passes(ex.check_grid_mlp_step, right, capsys=capsys)
+
+
+def _rv_rows(w, n, axis="data"):
+    return jax.lax.dynamic_slice_in_dim(w, jax.lax.axis_index(axis) * n, n, axis=0)
+
+
+def _rv_zero(mean_of, m_of=lambda m, mean: BETA * m + mean, by_new=True, axis="data"):
+    """A ZeRO step: mean_of(g, rows) this replica's rows of ḡ, m_of the momentum's update,
+    by_new whether w moves by the new momentum, axis the index that picks the rows."""
+    def step(w, m, g):
+        mean = mean_of(g, m.shape[0])
+        new = m_of(m, mean)
+        mine = _rv_rows(w, m.shape[0], axis) - LR * (new if by_new else m)
+        return jax.lax.all_gather(mine, "data", axis=0, tiled=True), new
+    return step
+
+
+def _rv_scatter(g, rows):
+    return jax.lax.psum_scatter(g, "data", scatter_dimension=0, tiled=True) / \
+        jax.lax.axis_size("data")
+
+
+def _rv_ring(g, rows):  # the reduce-scatter written as a ring of permutes
+    d, r = jax.lax.axis_size("data"), jax.lax.axis_index("data")
+    chunks = g.reshape(d, rows, -1)
+    acc = jnp.take(chunks, (r - 1) % d, axis=0)
+    for s in range(1, d):
+        acc = jax.lax.ppermute(acc, "data", [(i, (i + 1) % d) for i in range(d)])
+        acc = acc + jnp.take(chunks, (r - 1 - s) % d, axis=0)
+    return acc / d
+
+
+def _rv_untiled(g, rows):  # right: psum_scatter with tiled=False on a [d, H/d, F/t] view
+    d = jax.lax.axis_size("data")
+    return jax.lax.psum_scatter(g.reshape(d, rows, -1), "data", scatter_dimension=0) / d
+
+
+def _rv_whole_update(w, m, g):  # right: the new momentum's rows gathered, w moved whole
+    m = BETA * m + _rv_scatter(g, m.shape[0])
+    return w - LR * jax.lax.all_gather(m, "data", axis=0, tiled=True), m
+
+
+def _rv_stale_m(w, m, g):  # the momentum updated but the old one returned
+    new = BETA * m + _rv_scatter(g, m.shape[0])
+    mine = _rv_rows(w, m.shape[0]) - LR * new
+    return jax.lax.all_gather(mine, "data", axis=0, tiled=True), m
+
+
+RV_ZERO_WRONG = {
+    "gradient not synchronised": (_rv_zero(lambda g, rows: _rv_rows(g, rows)),
+                                  "moved by its own gradient only"),
+    "gradient not synchronised, over d": (
+        _rv_zero(lambda g, rows: _rv_rows(g, rows) / jax.lax.axis_size("data")),
+        "moved by its own gradient over 2"),
+    "momentum ignored": (_rv_zero(_rv_scatter, lambda m, mean: mean),
+                         "moved by the mean gradient alone"),
+    "moved by the old momentum": (_rv_zero(_rv_scatter, by_new=False),
+                                  "moved by the momentum passed in"),
+    "damped momentum": (_rv_zero(_rv_scatter, lambda m, mean: BETA * m + (1 - BETA) * mean),
+                        r"the momentum added \(1 − β\)·ḡ"),
+    "old momentum returned": (_rv_stale_m, "the momentum returned is the one passed in"),
+    "rows picked by the tensor index": (_rv_zero(_rv_scatter, axis="tensor"),
+                                        "wrong values"),
+    "d = 4 hard-coded": (_rv_zero(lambda g, rows: _rv_scatter(g, rows) * jax.lax.axis_size(
+        "data") / 4), "divided by 4, but this mesh has 2 data replicas"),
+    "all-reduced over both axes": (
+        _rv_zero(lambda g, rows: _rv_rows(jax.lax.pmean(g, ("data", "tensor")), rows)),
+        "wrong values|all-reduce"),
+    "scattered by columns": (
+        _rv_zero(lambda g, rows: jax.lax.psum_scatter(g, "data", scatter_dimension=1,
+                                                      tiled=True)), "shapes|shape"),
+    "a ring of permutes": (_rv_zero(_rv_ring), "right values, but .*collective-permute"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RV_ZERO_WRONG))
+def test_review_grid_zero_wrong_program_fails(name):
+    wrong, words = RV_ZERO_WRONG[name]
+    fails(ex.check_grid_zero_step, wrong, words=words)
+
+
+@pytest.mark.parametrize("right", [_rv_zero(_rv_untiled), _rv_whole_update],
+                         ids=["psum_scatter untiled", "w moved by the gathered momentum"])
+def test_review_grid_zero_right_variant_passes(right, capsys):
+    passes(ex.check_grid_zero_step, right, capsys=capsys)
