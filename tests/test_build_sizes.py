@@ -22,8 +22,6 @@ LEAST = 3
 SHORT = {
     "0.4": "psum of the block's sum",
     "0.5": "one all_to_all",
-    "11.6": "the matmul, gelu, one psum",
-    "11.7": "one psum_scatter",
     "13.4": "a dict of two styles",
     "13.7": "a dict of three styles (their layouts are the choices)",
 }

@@ -245,8 +245,8 @@ def test_every_unavailable_name_resolves():
 
     names = set()
     for module in ("pipeline.builds", "pipeline.exercises", "asyncpipe.builds", "moe.builds",
-                   "moe.exercises", "together.builds", "autoshard.builds", "context.builds",
-                   "context.exercises"):
+                   "moe.exercises", "together.builds", "together.builds_zero", "autoshard.builds",
+                   "context.builds", "context.exercises"):
         m = importlib.import_module(f"tpviz.{module}")
         for value in vars(m).values():
             if isinstance(value, tuple) and value and all(

@@ -156,7 +156,11 @@ _HOMES = {
     ),
     "tpviz.together.builds": (
         "check_grid_mlp",
+        "check_grid_mlp_step",
         "check_grid_reduce_scatter",
+    ),
+    "tpviz.together.builds_zero": (
+        "check_grid_zero_step",
     ),
     "tpviz.together.exercises": (
         "check_3d_bubble",
