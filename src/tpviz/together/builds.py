@@ -214,8 +214,8 @@ GRID_STEP = harness.Build(
     hint="Forward: the tensor group adds its shares of y. Backward: dL/dy is whole on every "
          "tensor device, so each one's weight shards get their gradient without communication; "
          "only the data replicas, which saw other tokens, must add theirs.",
-    praise="Megatron's f and g on the tensor axis, data parallelism's all-reduce on the data "
-           "axis.", rtol=1e-4, atol=1e-6)
+    praise="Megatron's g on the tensor axis (its f all-reduces dL/dx, not asked for here), data "
+           "parallelism's all-reduce on the data axis.", rtol=1e-4, atol=1e-6)
 
 
 @checker("The MLP block's step on a data × tensor mesh")
