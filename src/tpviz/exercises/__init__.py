@@ -72,6 +72,7 @@ _HOMES = {
         "check_bytes_per_device",
         "check_explicit_reshard",
         "check_fit_layout",
+        "check_global_moments",
         "check_holders",
         "check_rows_over_mesh",
         "check_total",

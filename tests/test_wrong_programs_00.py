@@ -1,0 +1,80 @@
+"""Chapter 0's upgraded builds (issue 39's mutation pass): for 0.4 (a global mean and variance
+with one all-reduce), the book's solution and a plausible variant pass, and wrong programs
+written as a learner would (a gather then jnp.var, two all-reduces, a hard-coded count, a mean
+of per-device variances, right on 8 devices only, jnp.var of the block alone) fail with words
+that name the mistake."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from checking import fails, passes
+
+import tpviz
+
+ex = tpviz.exercises
+
+
+# --- 0.4 a global mean and variance with one all-reduce ---------------------------------------
+
+def block_stats(block):  # the book's solution
+    count = block.size * jax.lax.axis_size("X")
+    total, squares = jax.lax.psum(jnp.stack([block.sum(), (block * block).sum()]), "X")
+    mean = total / count
+    return mean, squares / count - mean * mean
+
+
+def _means_averaged(block):  # right: every block has the same size, so pmean of block means
+    m, m2 = jax.lax.pmean(jnp.stack([block.mean(), (block**2).mean()]), "X")
+    return m, m2 - m**2
+
+
+def test_moments_solution_and_a_variant_pass(capsys):
+    ex.check_global_moments(block_stats)
+    out = capsys.readouterr().out
+    assert "✓" in out and "all-reduce along 'X' of 8 bytes" in out and "4 and 8 devices" in out
+    passes(ex.check_global_moments, _means_averaged, capsys=capsys)
+
+
+def _gathered(block):  # every block gathered, then the library's var
+    whole = jax.lax.all_gather(block, "X", tiled=True)
+    return jnp.mean(whole), jnp.var(whole)
+
+
+def _two_psums(block):  # one all-reduce for the sum, another for the squares
+    n = block.size * jax.lax.axis_size("X")
+    mean = jax.lax.psum(block.sum(), "X") / n
+    return mean, jax.lax.psum((block * block).sum(), "X") / n - mean * mean
+
+
+def _counted(n):  # the count written out for one size
+    def stats(block):
+        total, squares = jax.lax.psum(jnp.stack([block.sum(), (block * block).sum()]), "X")
+        count = n(block)
+        return total / count, squares / count - (total / count) ** 2
+    return stats
+
+
+def _variances_averaged(block):  # each device's own variance, averaged
+    return jax.lax.pmean(block.mean(), "X"), jax.lax.pmean(block.var(), "X")
+
+
+def _block_only(block):  # jnp.var where the block is all a device has
+    return jnp.mean(block), jnp.var(block)
+
+
+@pytest.mark.parametrize(("wrong", "words"), [
+    (_gathered, "all-gather along 'X' .* does not need"),
+    (_two_psums, "calls 2 collectives"),
+    (_counted(lambda b: 80), r"right on 8 devices with rows = 16, cols = 5, but .* wrong values"),
+    (_variances_averaged, "the variance has the right shape but wrong values"),
+    (_counted(lambda b: b.size * 8), "right on 8 devices .* but on 4 devices .* wrong values"),
+    (_block_only, "the mean has the right shape but wrong values"),
+])
+def test_moments_rejects_wrong_programs(wrong, words):
+    fails(ex.check_global_moments, wrong, words=words)
+
+
+def test_moments_rejects_the_old_global_sum():
+    """0.4's old answer (one number) is not a (mean, var) pair."""
+    fails(ex.check_global_moments, lambda b: jax.lax.psum(b.sum(), "X"),
+          words="raised ValueError: pytree structure")
