@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from checking import fails, passes
+from jax.sharding import PartitionSpec as P
 
 import tpviz
 
@@ -78,3 +79,69 @@ def test_moments_rejects_the_old_global_sum():
     """0.4's old answer (one number) is not a (mean, var) pair."""
     fails(ex.check_global_moments, lambda b: jax.lax.psum(b.sum(), "X"),
           words="raised ValueError: pytree structure")
+
+
+# --- 0.5 reshard to columns by hand -----------------------------------------------------------
+
+COLS, BLOCKS = P(None, ("X", "Y")), P("X", "Y")
+
+
+def _cols(move, out_specs=COLS):
+    return lambda a: jax.shard_map(move, in_specs=BLOCKS, out_specs=out_specs)(a)
+
+
+def _right(block):  # the book's solution
+    rows = jax.lax.all_to_all(block, "Y", 0, 1, tiled=True)
+    return jax.lax.all_to_all(rows, ("X", "Y"), 1, 0, tiled=True)
+
+
+def _gathered(block):  # everything gathered, then my columns kept
+    whole = jax.lax.all_gather(jax.lax.all_gather(block, "Y", axis=1, tiled=True), "X",
+                               axis=0, tiled=True)
+    n = whole.shape[1] // (jax.lax.axis_size("X") * jax.lax.axis_size("Y"))
+    me = jax.lax.axis_index("X") * jax.lax.axis_size("Y") + jax.lax.axis_index("Y")
+    return jax.lax.dynamic_slice_in_dim(whole, me * n, n, 1)
+
+
+def _y_major(block):  # one all-to-all along X: the columns land Y major
+    return jax.lax.all_to_all(block, "X", 1, 0, tiled=True)
+
+
+def _extra(block):  # right, then an all-gather and a slice that changes nothing
+    out = _right(block)
+    both = jax.lax.all_gather(out, "X", axis=0, tiled=True)
+    r = out.shape[0]
+    return jax.lax.dynamic_slice_in_dim(both, jax.lax.axis_index("X") * r, r, 0)
+
+
+def _four(block):  # written for the (2, 4) mesh: Y's size fixed at 4
+    rows = jax.lax.all_to_all(block.reshape(4, -1, block.shape[1]), "Y", 0, 0)
+    rows = jnp.concatenate(list(rows), axis=1)
+    return jax.lax.all_to_all(rows, ("X", "Y"), 1, 0, tiled=True)
+
+
+@pytest.mark.parametrize(("wrong", "words"), [
+    (lambda a: jax.sharding.reshard(a, COLS), "has no jax.shard_map"),
+    (_cols(_gathered), "all-gather"),
+    (_cols(_y_major), "wrong values"),
+    (_cols(_extra), "all-gather"),
+    (_cols(_four), "right on the 2×4 mesh .* but on the 4×2 mesh"),
+    (_cols(_right, out_specs=P(None, ("Y", "X"))), "wrong values"),
+])
+def test_columns_rejects_wrong_programs(wrong, words):
+    fails(ex.check_reshard_columns, wrong, words=words)
+
+
+def test_columns_solution_and_a_variant_pass(capsys):
+    ex.check_reshard_columns(_cols(_right))
+    out = capsys.readouterr().out
+    assert "✓" in out and "all-to-all along 'X'×'Y' of 256 bytes" in out and "4×2" in out
+
+    def untiled(block):  # the first step with reshapes, under check_vma=False
+        ny = jax.lax.axis_size("Y")
+        got = jax.lax.all_to_all(block.reshape(ny, -1, block.shape[1]), "Y", 0, 0)
+        rows = jnp.concatenate([got[j] for j in range(ny)], axis=1)
+        return jax.lax.all_to_all(rows, ("X", "Y"), 1, 0, tiled=True)
+
+    passes(ex.check_reshard_columns, lambda a: jax.shard_map(
+        untiled, in_specs=BLOCKS, out_specs=COLS, check_vma=False)(a), capsys=capsys)

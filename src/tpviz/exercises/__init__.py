@@ -74,6 +74,7 @@ _HOMES = {
         "check_fit_layout",
         "check_global_moments",
         "check_holders",
+        "check_reshard_columns",
         "check_rows_over_mesh",
         "check_total",
     ),

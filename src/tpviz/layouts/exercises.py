@@ -136,8 +136,7 @@ def _trend(s: dict, rng) -> tuple[np.ndarray]:
 
 
 def _moments(x):
-    x = np.asarray(x, np.float64)
-    return np.float32(x.mean()), np.float32(x.var())
+    return np.float32(np.mean(x, dtype=np.float64)), np.float32(np.var(x, dtype=np.float64))
 
 
 _REDUCERS = ("psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute", "reduce_scatter")
@@ -217,6 +216,31 @@ def check_explicit_reshard(fn) -> str:
     X major), moved by a ``jax.shard_map`` the learner writes, with one all-to-all of one block
     along Y; on the (2, 4) and (4, 2) meshes at several sizes."""
     return harness.grade(fn, RESHARD)
+
+
+COLUMNS = harness.Build(
+    what="to_columns", layouts=("A[I_X, J_Y]",), out="A[I, J_XY]", axes=("X", "Y"),
+    per_device=False, manual=True, explicit=True, placed=True, inputs=_typed,
+    reference=lambda a: a,
+    cases=(((2, 4), {"rows": 16, "cols": 32}), ((2, 4), {"rows": 8, "cols": 24}),
+           ((4, 2), {"rows": 24, "cols": 16})),
+    collectives=lambda case: [
+        harness.Expect("all-to-all", case.nbytes("A") // case.n, ("Y",), what="one block"),
+        harness.Expect("all-to-all", case.nbytes("A") // case.n, ("X", "Y"),
+                       what="one block")],
+    hint="Data only moves, never changes. Which layout can you reach from A[I_X, J_Y] with one "
+         "all-to-all along one axis, and from which layout is A[I, J_XY] one all-to-all over "
+         "the whole mesh away? Each device should send each block once, in pieces.",
+    praise="Typed A[I, J_XY] in two all-to-alls: each device sent its block twice, in pieces.")
+
+
+@checker("Reshard to columns over the whole mesh")
+def check_reshard_columns(fn) -> str:
+    """``fn(a)`` under ``jax.jit`` with an Explicit mesh (X, Y) as the current mesh: ``a`` is
+    typed A[I_X, J_Y]; the result must be the same values typed A[I, J_XY] (columns over both
+    axes, X major), moved by a ``jax.shard_map`` the learner writes with two all-to-alls of one
+    block each (along Y, then over X and Y); on the (2, 4) and (4, 2) meshes."""
+    return harness.grade(fn, COLUMNS)
 
 
 @checker("Notation for a block")
