@@ -2,7 +2,9 @@
 with one all-reduce), the book's solution and a plausible variant pass, and wrong programs
 written as a learner would (a gather then jnp.var, two all-reduces, a hard-coded count, a mean
 of per-device variances, right on 8 devices only, jnp.var of the block alone) fail with words
-that name the mistake."""
+that name the mistake; for 0.5 (A[I_X, J_Y] to A[I, J_XY] in two all-to-alls), likewise (the
+reshard shortcut, everything gathered, one all-to-all only, an extra all-gather, Y's size fixed,
+the wrong major axis, the array taken whole)."""
 
 import jax
 import jax.numpy as jnp
@@ -145,3 +147,28 @@ def test_columns_solution_and_a_variant_pass(capsys):
 
     passes(ex.check_reshard_columns, lambda a: jax.shard_map(
         untiled, in_specs=BLOCKS, out_specs=COLS, check_vma=False)(a), capsys=capsys)
+
+
+def _my_columns(whole):  # A taken whole into the shard_map, then my columns sliced
+    n = whole.shape[1] // (jax.lax.axis_size("X") * jax.lax.axis_size("Y"))
+    me = jax.lax.axis_index("X") * jax.lax.axis_size("Y") + jax.lax.axis_index("Y")
+    return jax.lax.dynamic_slice_in_dim(whole, me * n, n, 1)
+
+
+def test_columns_rejects_the_array_taken_whole():
+    """Explicit mode refuses in_specs=P() for an A typed A[I_X, J_Y]; made whole first, the
+    compiler's gather runs outside the learner's shard_map."""
+    def wrong(a):
+        whole = jax.sharding.reshard(a, P())
+        return jax.shard_map(_my_columns, in_specs=P(), out_specs=COLS)(whole)
+
+    fails(ex.check_reshard_columns, wrong, words=r"computes outside its jax.shard_map \(reshard\)")
+
+
+def test_stubs_are_not_attempted(capsys):
+    def stub(_):
+        raise NotImplementedError("exercise not attempted yet")
+
+    for check in (ex.check_global_moments, ex.check_reshard_columns):
+        check(stub)
+        assert "not attempted" in capsys.readouterr().out
