@@ -129,6 +129,68 @@ def check_total(total, x) -> str:
     return harness.grade(total, TOTAL)
 
 
+def _trend(s: dict, rng) -> tuple[np.ndarray]:
+    """Rows that drift: the blocks' means differ, so a mean of per-device variances is wrong."""
+    x = rng.standard_normal((s["rows"], s["cols"]), dtype=np.float32)
+    return (x + np.float32(0.5) * np.arange(s["rows"], dtype=np.float32)[:, None] + 3,)
+
+
+def _moments(x):
+    return np.float32(np.mean(x, dtype=np.float64)), np.float32(np.var(x, dtype=np.float64))
+
+
+_REDUCERS = ("psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute", "reduce_scatter")
+
+
+def _calls(jaxpr) -> list[str]:
+    """The collectives a traced program calls, in order, looking into nested jaxprs."""
+    found = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if any(name.startswith(r) for r in _REDUCERS):
+            found.append(name)
+        for v in eqn.params.values():
+            inner = getattr(v, "jaxpr", v)
+            if hasattr(inner, "eqns"):
+                found += _calls(inner)
+    return found
+
+
+def _one_call(case, trace) -> str | None:
+    """The compiler merges two all-reduces into one; the learner's program must call one."""
+    calls = _calls(trace(tuple(case.mesh.devices.shape), case.args).jaxpr)
+    if len(calls) > 1:
+        return (f"your block_stats calls {len(calls)} collectives ({', '.join(calls)}); the "
+                "compiler merged them into one here, but the exercise asks your program for "
+                "one. Put what each device contributes into one array first")
+    return None
+
+
+MOMENTS = harness.Build(
+    what="block_stats", layouts=("x[I_X, J]",), out=None, axes=("X",), manual=True,
+    program=lambda fn, case: jax.shard_map(fn, mesh=case.mesh, in_specs=PartitionSpec("X"),
+                                           out_specs=(PartitionSpec(), PartitionSpec()),
+                                           check_vma=False),
+    traced=_one_call, inputs=_trend, reference=_moments, out_names=("the mean", "the variance"),
+    cases=(((8,), {"rows": 16, "cols": 5}), ((8,), {"rows": 24, "cols": 3}),
+           ((4,), {"rows": 12, "cols": 4})),
+    collectives=lambda case: [harness.Expect("all-reduce", 8, ("X",), what="two numbers")],
+    hint="The mean and the variance of all elements follow from three global numbers: their "
+         "count, their sum and the sum of their squares. Which of these can each device "
+         "compute from its own block, which does it know without asking, and how do you "
+         "combine the rest across X in one collective?", atol=2e-4,
+    praise="Each device reduced its block to two numbers; one all-reduce combined them.")
+
+
+@checker("Global mean and variance with one all-reduce")
+def check_global_moments(block_stats) -> str:
+    """``block_stats(block)`` is the per-device function of a ``jax.shard_map`` over a 1-D
+    mesh "X" with x[I_X, J]: it returns ``(mean, var)`` of all elements of x (the population
+    variance), the same on every device, with one all-reduce of two float32 numbers; on 8 and
+    4 devices at several sizes."""
+    return harness.grade(block_stats, MOMENTS)
+
+
 def _typed(s: dict, rng) -> tuple[np.ndarray]:
     return (rng.standard_normal((s["rows"], s["cols"]), dtype=np.float32),)
 
@@ -154,6 +216,31 @@ def check_explicit_reshard(fn) -> str:
     X major), moved by a ``jax.shard_map`` the learner writes, with one all-to-all of one block
     along Y; on the (2, 4) and (4, 2) meshes at several sizes."""
     return harness.grade(fn, RESHARD)
+
+
+COLUMNS = harness.Build(
+    what="to_columns", layouts=("A[I_X, J_Y]",), out="A[I, J_XY]", axes=("X", "Y"),
+    per_device=False, manual=True, explicit=True, placed=True, inputs=_typed,
+    reference=lambda a: a,
+    cases=(((2, 4), {"rows": 16, "cols": 32}), ((2, 4), {"rows": 8, "cols": 24}),
+           ((4, 2), {"rows": 24, "cols": 16})),
+    collectives=lambda case: [
+        harness.Expect("all-to-all", case.nbytes("A") // case.n, ("Y",), what="one block"),
+        harness.Expect("all-to-all", case.nbytes("A") // case.n, ("X", "Y"),
+                       what="one block")],
+    hint="Data only moves, never changes. Which layout can you reach from A[I_X, J_Y] with one "
+         "all-to-all along one axis, and from which layout is A[I, J_XY] one all-to-all over "
+         "the whole mesh away? Each device should send each block once, in pieces.",
+    praise="Typed A[I, J_XY] in two all-to-alls: each device sent its block twice, in pieces.")
+
+
+@checker("Reshard to columns over the whole mesh")
+def check_reshard_columns(fn) -> str:
+    """``fn(a)`` under ``jax.jit`` with an Explicit mesh (X, Y) as the current mesh: ``a`` is
+    typed A[I_X, J_Y]; the result must be the same values typed A[I, J_XY] (columns over both
+    axes, X major), moved by a ``jax.shard_map`` the learner writes with two all-to-alls of one
+    block each (along Y, then over X and Y); on the (2, 4) and (4, 2) meshes."""
+    return harness.grade(fn, COLUMNS)
 
 
 @checker("Notation for a block")
