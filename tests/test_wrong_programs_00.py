@@ -123,10 +123,10 @@ def _four(block):  # written for the (2, 4) mesh: Y's size fixed at 4
 @pytest.mark.parametrize(("wrong", "words"), [
     (lambda a: jax.sharding.reshard(a, COLS), "has no jax.shard_map"),
     (_cols(_gathered), "all-gather"),
-    (_cols(_y_major), "wrong values"),
+    (_cols(_y_major), r"Y-major order \(A\[I, J_YX\]\)"),
     (_cols(_extra), "all-gather"),
     (_cols(_four), "right on the 2×4 mesh .* but on the 4×2 mesh"),
-    (_cols(_right, out_specs=P(None, ("Y", "X"))), "wrong values"),
+    (_cols(_right, out_specs=P(None, ("Y", "X"))), "Y-major order"),
 ])
 def test_columns_rejects_wrong_programs(wrong, words):
     fails(ex.check_reshard_columns, wrong, words=words)
@@ -145,3 +145,4 @@ def test_columns_solution_and_a_variant_pass(capsys):
 
     passes(ex.check_reshard_columns, lambda a: jax.shard_map(
         untiled, in_specs=BLOCKS, out_specs=COLS, check_vma=False)(a), capsys=capsys)
+
