@@ -18,6 +18,7 @@ from tpviz.core.exercises import (
     is_stub,
     shown,
 )
+from tpviz.core.harness_report import compare
 from tpviz.core.notation import axes_of, parse
 from tpviz.errors import TpvizError
 
@@ -135,19 +136,12 @@ def _trend(s: dict, rng) -> tuple[np.ndarray]:
     return (x + np.float32(0.5) * np.arange(s["rows"], dtype=np.float32)[:, None] + 3,)
 
 
-def _moments(x):
-    return np.float32(np.mean(x, dtype=np.float64)), np.float32(np.var(x, dtype=np.float64))
-
-
-_REDUCERS = ("psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute", "reduce_scatter")
-
-
 def _calls(jaxpr) -> list[str]:
     """The collectives a traced program calls, in order, looking into nested jaxprs."""
     found = []
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        if any(name.startswith(r) for r in _REDUCERS):
+        if name.startswith(("psum", "pmax", "pmin", "all_", "ppermute", "reduce_scatter")):
             found.append(name)
         for v in eqn.params.values():
             inner = getattr(v, "jaxpr", v)
@@ -159,11 +153,10 @@ def _calls(jaxpr) -> list[str]:
 def _one_call(case, trace) -> str | None:
     """The compiler merges two all-reduces into one; the learner's program must call one."""
     calls = _calls(trace(tuple(case.mesh.devices.shape), case.args).jaxpr)
-    if len(calls) > 1:
-        return (f"your block_stats calls {len(calls)} collectives ({', '.join(calls)}); the "
-                "compiler merged them into one here, but the exercise asks your program for "
-                "one. Put what each device contributes into one array first")
-    return None
+    return None if len(calls) < 2 else (
+        f"your block_stats calls {len(calls)} collectives ({', '.join(calls)}; a psum of a "
+        "tuple or list is one per element); the compiler merged them into one here, but the "
+        "exercise asks your program for one. Put what each device contributes into one array")
 
 
 MOMENTS = harness.Build(
@@ -171,10 +164,13 @@ MOMENTS = harness.Build(
     program=lambda fn, case: jax.shard_map(fn, mesh=case.mesh, in_specs=PartitionSpec("X"),
                                            out_specs=(PartitionSpec(), PartitionSpec()),
                                            check_vma=False),
-    traced=_one_call, inputs=_trend, reference=_moments, out_names=("the mean", "the variance"),
+    traced=_one_call, inputs=_trend, out_names=("the mean", "the variance"),
+    extra=lambda case, found: "the exercise needs one all-reduce, not several" if sum(
+        c.kind == "all-reduce" for c, _ in found) > 1 else compare(
+        found, [harness.Expect("all-reduce", 8, ("X",), what="")]),  # no merge: say so first
+    reference=lambda x: tuple(np.float32(f(x, dtype=np.float64)) for f in (np.mean, np.var)),
     cases=(((8,), {"rows": 16, "cols": 5}), ((8,), {"rows": 24, "cols": 3}),
            ((4,), {"rows": 12, "cols": 4})),
-    collectives=lambda case: [harness.Expect("all-reduce", 8, ("X",), what="two numbers")],
     hint="The mean and the variance of all elements follow from three global numbers: their "
          "count, their sum and the sum of their squares. Which of these can each device "
          "compute from its own block, which does it know without asking, and how do you "
@@ -191,13 +187,17 @@ def check_global_moments(block_stats) -> str:
     return harness.grade(block_stats, MOMENTS)
 
 
-def _typed(s: dict, rng) -> tuple[np.ndarray]:
-    return (rng.standard_normal((s["rows"], s["cols"]), dtype=np.float32),)
+def _y_major(case, got, want) -> str | None:
+    w, (nx, ny) = np.asarray(want), case.mesh.devices.shape  # Y-major blocks, read either way
+    if isinstance(got, jax.Array) and any(np.array_equal(np.asarray(got), w.reshape(
+            len(w), a, b, -1).swapaxes(1, 2).reshape(w.shape)) for a, b in ((ny, nx), (nx, ny))):
+        return "every column is there, but the column blocks are in Y-major order (A[I, J_YX])"
+    return None
 
 
 RESHARD = harness.Build(
     what="your function", layouts=("A[I_X, J_Y]",), out="A[I_XY, J]", axes=("X", "Y"),
-    per_device=False, manual=True, explicit=True, placed=True, inputs=_typed,
+    per_device=False, manual=True, explicit=True, placed=True, inputs=_rows,
     reference=lambda a: a,
     cases=(((2, 4), {"rows": 16, "cols": 32}), ((2, 4), {"rows": 8, "cols": 12}),
            ((4, 2), {"rows": 24, "cols": 8})),
@@ -220,8 +220,8 @@ def check_explicit_reshard(fn) -> str:
 
 COLUMNS = harness.Build(
     what="to_columns", layouts=("A[I_X, J_Y]",), out="A[I, J_XY]", axes=("X", "Y"),
-    per_device=False, manual=True, explicit=True, placed=True, inputs=_typed,
-    reference=lambda a: a,
+    per_device=False, manual=True, explicit=True, placed=True, inputs=_rows,
+    reference=lambda a: a, diagnose=_y_major,
     cases=(((2, 4), {"rows": 16, "cols": 32}), ((2, 4), {"rows": 8, "cols": 24}),
            ((4, 2), {"rows": 24, "cols": 16})),
     collectives=lambda case: [
@@ -230,7 +230,7 @@ COLUMNS = harness.Build(
                        what="one block")],
     hint="Data only moves, never changes. Which layout can you reach from A[I_X, J_Y] with one "
          "all-to-all along one axis, and from which layout is A[I, J_XY] one all-to-all over "
-         "the whole mesh away? Each device should send each block once, in pieces.",
+         "the whole mesh away? Each device sends its block twice, in pieces, and gathers nothing.",
     praise="Typed A[I, J_XY] in two all-to-alls: each device sent its block twice, in pieces.")
 
 
