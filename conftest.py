@@ -233,7 +233,7 @@ class ChapterRun(pytest.Item):
         # both the client and the kernel idle in their event loops, py-spy). Each try runs in a
         # process of its own (tools/run_chapter.py), ended with its kernel once the whole tree
         # has used no CPU for IDLE_S (or after CHAPTER_S); a stalled try gets one more in a
-        # fresh kernel, a ChapterRetried warning. A cell that errs, or two stalls, fail.
+        # fresh kernel, a "ChapterRetried" warning. A cell that errs, or two stalls, fail.
         for attempt in (1, 2):
             with tempfile.TemporaryDirectory() as folder:
                 out = os.path.join(folder, "run.ipynb")
@@ -247,9 +247,12 @@ class ChapterRun(pytest.Item):
                                     f"cell {STALL_S} s, or the chapter {CHAPTER_S} s)")
             import warnings
 
-            warnings.warn(f"{self.path.name}: its kernel stopped answering (idle {IDLE_S} s, a "
-                          f"cell {STALL_S} s, or the chapter {CHAPTER_S} s); run again in a "
-                          "fresh kernel", ChapterRetried, stacklevel=1)
+            # a UserWarning, named in its text: xdist sends a warning to the controller by its
+            # class's module and name, and this file's module name, "conftest", is also
+            # tests/conftest.py's (a class of its own here crashed the worker, CI, ci11)
+            warnings.warn(f"ChapterRetried: {self.path.name}: its kernel stopped answering "
+                          f"(idle {IDLE_S} s, a cell {STALL_S} s, or the chapter {CHAPTER_S} s); "
+                          "run again in a fresh kernel", UserWarning, stacklevel=1)
         if report["error"] is not None:
             raise ChapterFailed(report["error"])
         _store(nb, self.path, report["seconds"])
@@ -276,10 +279,6 @@ class ChapterRun(pytest.Item):
 
 class ChapterFailed(Exception):
     pass
-
-
-class ChapterRetried(UserWarning):
-    """A chapter whose first run stalled and second passed (listed in pytest's summary)."""
 
 
 def _answer_kinds(path: str) -> dict[str, set[bool]]:
