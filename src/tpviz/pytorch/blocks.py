@@ -61,7 +61,10 @@ def run(rank: int, world: int, plan: dict, kind: str, sizes: tuple, seed: int = 
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import parallelize_module
 
+    from tpviz.pytorch.ship import unpack_plan
+
     mesh = init_device_mesh("cpu", (world,))
+    plan = unpack_plan(plan)  # styles written in a notebook come as their code
     out = []
     for hidden, ffn, tokens in sizes:
         net = parallelize_module(model(kind, hidden, ffn, seed), mesh, plan)

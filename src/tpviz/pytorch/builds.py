@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from tpviz.core.exercises import Wrong, checker, only_keys
-from tpviz.errors import WorkerError
+from tpviz.errors import ArgumentTypeError, WorkerError
+from tpviz.pytorch import ship
 
 LAUNCH_TIMEOUT = 60.0
 WORLDS = (4, 2)
@@ -56,7 +57,12 @@ def grade_plan(plan, exercise: dict, hint: str) -> str:
     processes at each of its sizes; the ✓ words, or :class:`Wrong`."""
     if not isinstance(plan, dict) or not plan:
         raise Wrong(f"give a dict from layer names {exercise['keys']} to parallel styles.")
-    only_keys(plan, list(exercise["keys"]), "your plan")  # before starting processes
+    if any(not ship.importable(type(s)) for s in plan.values()):  # a style of your own
+        extra = [k for k in plan if k not in exercise["keys"]]
+        if extra:
+            raise Wrong(f"your plan has key {extra[0]!r}, which this exercise does not use.")
+    else:
+        only_keys(plan, list(exercise["keys"]), "your plan")  # before starting processes
     book = next((getattr(s, MARK) for s in plan.values() if getattr(s, MARK, None)), None)
     if book:
         raise Wrong(f"this exercise asks you to write what `{book}` does, and your plan is "
@@ -65,10 +71,14 @@ def grade_plan(plan, exercise: dict, hint: str) -> str:
     from tpviz.pytorch.check import launch_timed
 
     kind, sizes = exercise["kind"], exercise["sizes"]
+    try:
+        shipped = ship.pack_plan(plan)  # styles written in a notebook travel as their code
+    except ArgumentTypeError as e:
+        raise Wrong(str(e)) from None
     done = []
     for world in WORLDS:
         try:
-            ranks, _ = launch_timed(blocks.run, world, plan, kind, sizes,
+            ranks, _ = launch_timed(blocks.run, world, shipped, kind, sizes,
                                     timeout=LAUNCH_TIMEOUT)
         except WorkerError as e:
             first = str(e).split("\n")[0].split("raised ", 1)[-1][:200]
@@ -115,3 +125,34 @@ def check_sp_plan(sp_plan) -> str:
     words = grade_plan(sp_plan, SP, "Where does the block need every token, and where only this "
                        "rank's? The LayerNorm's weights see every rank's tokens too.")
     return "Sequence parallelism around Megatron's MLP: " + words
+
+
+def _own_style(cls) -> None:
+    """Refuse what is not a column-wise style of the learner's own, before any process starts."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle
+
+    if not isinstance(cls, type) or not issubclass(cls, ParallelStyle):
+        raise Wrong(f"give your class (a subclass of torch's `ParallelStyle`), not {cls!r}.")
+    if issubclass(cls, ColwiseParallel):
+        raise Wrong("this is torch's own `ColwiseParallel`"
+                    + ("" if cls is ColwiseParallel else f" (`{cls.__name__}` inherits it)")
+                    + ": the exercise asks you to write the column-wise style yourself, as a "
+                    "subclass of `ParallelStyle` with its own `_apply`.")
+    if cls._apply is ParallelStyle._apply or cls.__module__.startswith("torch."):
+        raise Wrong(f"`{cls.__name__}` does not define its own `_apply(module, device_mesh)`.")
+
+
+@checker("A column-wise ParallelStyle of your own")
+def check_colwise_style(ColumnParallel) -> str:
+    """``ColumnParallel``: the learner's ``ParallelStyle`` for the first ``Linear(H, F)`` of
+    the Megatron MLP, used as ``{"0": ColumnParallel(), "2": RowwiseParallel()}``; run on 4
+    and 2 processes at two sizes against one process, exactly one all-reduce forward (g, in
+    torch's RowwiseParallel) and one backward (f, the learner's replicated input)."""
+    _own_style(ColumnParallel)
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    words = grade_plan({"0": ColumnParallel(), "2": RowwiseParallel()}, MLP,
+                       "The weight and the bias are split along F; the input is whole on "
+                       "every rank; the output stays split along its last dimension, as "
+                       "RowwiseParallel expects its input.")
+    return f"Your column-wise style, then torch's RowwiseParallel: f and g, nothing else; {words}"
