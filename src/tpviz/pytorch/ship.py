@@ -73,13 +73,15 @@ def pack(cls: type) -> bytes:
                                     "was defined in; define the class at the top of a cell.")
         _names(fn.__code__, fn.__globals__, space)
         body[key] = (kind, marshal.dumps(fn.__code__), pickle.dumps(fn.__defaults__))
-    return pickle.dumps((cls.__name__, cls.__bases__, body, space))
+    bases = [("class", pack(b)) if not importable(b) else ("import", b) for b in cls.__bases__]
+    return pickle.dumps((cls.__name__, bases, body, space))
 
 
 def unpack(blob: bytes) -> type:
     """The class :func:`pack` made ``blob`` of; its functions see the globals they named, and
     the class itself under its name (so that its methods may name it)."""
     name, bases, body, names = pickle.loads(blob)
+    bases = tuple(unpack(b) if kind == "class" else b for kind, b in bases)
     space: dict = {"__builtins__": __builtins__, "__name__": "__tpviz_shipped__"}
     for key, (kind, value) in names.items():
         space[key] = importlib.import_module(value) if kind == "module" else pickle.loads(value)
@@ -102,14 +104,12 @@ TAG = "tpviz-shipped"
 
 
 def importable(cls: type) -> bool:
-    """Whether a worker finds ``cls`` by its module and name (what ``pickle`` sends)."""
-    try:
-        found = importlib.import_module(cls.__module__)
-        for part in cls.__qualname__.split("."):
-            found = getattr(found, part)
-    except Exception:
-        return False
-    return found is cls and cls.__module__ != "__main__"
+    """Whether a worker finds ``cls`` by its module and name (what ``pickle`` sends): an
+    installed library's class or tpviz's; one written in a notebook or in a test is sent by
+    value."""
+    from tpviz.core.values import _library_type
+
+    return _library_type(cls)
 
 
 def pack_plan(plan: dict) -> dict:
