@@ -109,7 +109,7 @@ def importable(cls: type) -> bool:
     value."""
     from tpviz.core.values import _library_type
 
-    return _library_type(cls)
+    return cls.__module__ == "builtins" or _library_type(cls)
 
 
 def pack_plan(plan: dict) -> dict:
