@@ -68,3 +68,39 @@ def test_a_method_closing_over_a_local_variable_is_refused():
 
     with pytest.raises(ArgumentTypeError, match="variables of the function it was defined in"):
         ship.pack(Local)
+
+
+HELPER_CELL = '''
+import math
+SCALE = 3
+
+def area(k):  # a helper at the notebook's top level, which a worker cannot import
+    return math.pi * k ** 2 * SCALE
+
+def twice_area(k):
+    return 2 * area(k)
+
+class Uses:
+    def f(self, k):
+        return twice_area(k)
+'''
+
+
+def test_a_helper_function_written_in_the_notebook_travels_with_the_class():
+    """Review 13.4: a right style whose ``_apply`` calls a helper defined at the notebook's top
+    level failed in the workers with "Can't get attribute ... on <module '__main__'>"."""
+    space = {"__name__": "__main__"}
+    exec(compile(HELPER_CELL, "<cell>", "exec"), space)
+    blob = ship.pack(space["Uses"])
+    assert b"twice_area" in blob
+    for name in ("area", "twice_area"):
+        del space[name]  # the worker has neither
+    made = ship.unpack(pickle.loads(pickle.dumps(blob)))
+    assert made().f(2) == pytest.approx(2 * 3.141592653589793 * 4 * 3)
+
+
+def test_an_attribute_that_cannot_be_pickled_is_refused_with_its_name():
+    space = {"__name__": "__main__"}
+    exec("class P:\n    @property\n    def dim(self):\n        return 0\n", space)
+    with pytest.raises(ArgumentTypeError, match=r"P\.dim cannot be sent .*plain method"):
+        ship.pack(space["P"])

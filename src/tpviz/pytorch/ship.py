@@ -4,8 +4,9 @@ The workers start from a forkserver (:mod:`tpviz.core.launch`), and ``pickle`` s
 its module and name: a class defined in a notebook lives in ``__main__``, which the workers
 cannot import. :func:`pack` sends the class by value instead: its name, its bases (importable
 classes such as torch's ``ParallelStyle``), its plain attributes pickled, its functions as their
-code objects (``marshal``), and the globals those functions name: modules by their name, other
-values pickled. :func:`unpack` builds the same class in the worker. Closures made while a
+code objects (``marshal``), and the globals those functions name: modules by their name,
+functions written in the notebook by their code (and the globals they name), other values
+pickled. :func:`unpack` builds the same class in the worker. Closures made while a
 method runs (the hooks a ``ParallelStyle`` hands ``distribute_module``) need nothing more.
 
 Only for this interpreter: ``marshal``'s code objects are read by the same Python version, which
@@ -32,6 +33,11 @@ def _names(code: types.CodeType, space: dict, out: dict) -> None:
             value = space[name]
             if isinstance(value, types.ModuleType):
                 out[name] = ("module", value.__name__)
+            elif isinstance(value, types.FunctionType) and not importable(value):
+                _closed(value, name)  # a helper written in the notebook: by its code too
+                out[name] = ("function", marshal.dumps(value.__code__),
+                             pickle.dumps(value.__defaults__))
+                _names(value.__code__, value.__globals__, out)
             else:
                 try:
                     out[name] = ("value", pickle.dumps(value))
@@ -43,6 +49,13 @@ def _names(code: types.CodeType, space: dict, out: dict) -> None:
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             _names(const, space, out)
+
+
+def _closed(fn, where: str) -> None:
+    """Refuse a function that reads variables of the function it was made in (a closure)."""
+    if fn.__code__.co_freevars not in ((), ("__class__",)):  # __class__: for super()
+        raise ArgumentTypeError(f"{where} uses variables of the function it was defined in; "
+                                "define it at the top of a cell.")
 
 
 def _function(value):
@@ -65,12 +78,15 @@ def pack(cls: type) -> bytes:
             continue
         found = _function(value)
         if found is None:
-            body[key] = ("attribute", pickle.dumps(value), None)
+            try:
+                body[key] = ("attribute", pickle.dumps(value), None)
+            except Exception as e:
+                raise ArgumentTypeError(
+                    f"{cls.__name__}.{key} cannot be sent to the worker processes "
+                    f"({type(e).__name__}: {e}); write it as a plain method.") from None
             continue
         kind, fn = found
-        if fn.__code__.co_freevars not in ((), ("__class__",)):  # __class__: for super()
-            raise ArgumentTypeError(f"{cls.__name__}.{key} uses variables of the function it "
-                                    "was defined in; define the class at the top of a cell.")
+        _closed(fn, f"{cls.__name__}.{key}")
         _names(fn.__code__, fn.__globals__, space)
         body[key] = (kind, marshal.dumps(fn.__code__), pickle.dumps(fn.__defaults__))
     bases = [("class", pack(b)) if not importable(b) else ("import", b) for b in cls.__bases__]
@@ -83,8 +99,11 @@ def unpack(blob: bytes) -> type:
     name, bases, body, names = pickle.loads(blob)
     bases = tuple(unpack(b) if kind == "class" else b for kind, b in bases)
     space: dict = {"__builtins__": __builtins__, "__name__": "__tpviz_shipped__"}
-    for key, (kind, value) in names.items():
-        space[key] = importlib.import_module(value) if kind == "module" else pickle.loads(value)
+    for key, (kind, value, *defaults) in names.items():
+        space[key] = (importlib.import_module(value) if kind == "module" else
+                      types.FunctionType(marshal.loads(value), space, key,
+                                         pickle.loads(defaults[0])) if kind == "function" else
+                      pickle.loads(value))
     attrs, cell = {}, types.CellType()  # the class, for methods that call super()
     for key, (kind, value, defaults) in body.items():
         if kind == "attribute":
