@@ -203,3 +203,112 @@ def test_sp_plan_right_program_passes(capsys):
 def test_sp_plan_wrong_program_fails(name):
     plan, words = SP_WRONG[name]
     fails(ex.check_sp_plan, plan(), words=words)
+
+
+# --- 13.4 review (rev13): more of a learner's column-wise styles --------------------------------
+class Delegates(ParallelStyle):  # a library shortcut: torch's style does the work, not inherited
+    def _apply(self, module, device_mesh):
+        return ColwiseParallel()._apply(module, device_mesh)
+
+
+class BookPlanInside(ParallelStyle):  # tpviz's own plan, its first style, called inside _apply
+    def _apply(self, module, device_mesh):
+        return shard.megatron_plan()["0"]._apply(module, device_mesh)
+
+
+class Swallows(ParallelStyle):  # tries torch's style, falls back to its own if refused
+    def _apply(self, module, device_mesh):
+        try:
+            return ColwiseParallel()._apply(module, device_mesh)
+        except BaseException:
+            return BookColumn()._apply(module, device_mesh)
+
+
+def _rows(name, layer, mesh):
+    for key, p in list(layer.named_parameters(recurse=False)):
+        layer.register_parameter(key, nn.Parameter(distribute_tensor(p.detach(), mesh,
+                                                                     [Shard(0)])))
+
+
+class Custom(ParallelStyle):
+    """Weight and bias split on F (by a helper at the module's top level, which travels by its
+    code), the input taken as ``inp``, the output handed on by ``give``."""
+
+    inp, give = None, staticmethod(lambda m, o, mesh: o.to_local())
+
+    def _apply(self, module, device_mesh):
+        def take(m, i, mesh):
+            return DTensor.from_local(i[0], mesh, [self.inp or Replicate()], run_check=False)
+        return distribute_module(module, device_mesh, _rows, take, self.give)
+
+
+def _custom(give, inp=None):
+    return type("Custom", (Custom,), {"give": staticmethod(give), "inp": inp})
+
+
+class RowWeight(ParallelStyle):  # the weight split on H (dim 1), as a row-wise layer's
+    def _apply(self, module, device_mesh):
+        def part(name, layer, mesh):
+            for key, at in (("weight", Shard(1)), ("bias", Shard(0))):
+                p = getattr(layer, key).detach()
+                layer.register_parameter(key, nn.Parameter(distribute_tensor(p, mesh, [at])))
+        return distribute_module(module, device_mesh, part,
+                                 lambda m, i, mesh: DTensor.from_local(i[0], mesh, [Replicate()]),
+                                 lambda m, o, mesh: o.to_local())
+
+
+class PlainSlices(ParallelStyle):  # this rank's rows as plain tensors, no DTensor anywhere
+    def _apply(self, module, device_mesh):
+        def part(name, layer, mesh):
+            n, r = mesh.size(), mesh.get_local_rank()
+            for key, p in list(layer.named_parameters(recurse=False)):
+                rows = p.shape[0] // n
+                layer.register_parameter(key, nn.Parameter(p.detach()[r * rows:(r + 1) * rows]))
+        return distribute_module(module, device_mesh, part)
+
+
+class FromLocalRows(ParallelStyle):  # right: torch.chunk and DTensor.from_local, not distribute
+    def _apply(self, module, device_mesh):
+        def part(name, layer, mesh):
+            n, r = mesh.size(), mesh.get_local_rank()
+            for key, p in list(layer.named_parameters(recurse=False)):
+                rows = torch.chunk(p.detach(), n)[r].contiguous()
+                layer.register_parameter(key, nn.Parameter(DTensor.from_local(rows, mesh,
+                                                                              [Shard(0)])))
+        return distribute_module(module, device_mesh, part,
+                                 lambda m, i, mesh: DTensor.from_local(i[0], mesh, [Replicate()]),
+                                 lambda m, o, mesh: o.to_local())
+
+
+CALLS_TORCH = "your code called it"
+STYLE_WRONG_REVIEW = {
+    "ColwiseParallel()._apply called": (Delegates, CALLS_TORCH),
+    "the library plan's style called": (BookPlanInside, CALLS_TORCH),
+    "torch's style tried, its refusal caught": (Swallows, CALLS_TORCH),
+    "the weight split on H": (RowWeight, r"right values, but the step issues .*all-gather"),
+    "the input taken as split tokens": (_custom(lambda m, o, mesh: o.to_local(), Shard(1)),
+                                        r"has shape \(1, 32, 8\); one process's is \(1, 8, 8\)"),
+    "the output split on the tokens": (
+        _custom(lambda m, o, mesh: o.redistribute(mesh, [Shard(1)]).to_local()),
+        "plan fails"),
+    "plain local slices": (PlainSlices, "plan fails: RuntimeError: .*mixed torch.Tensor"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(STYLE_WRONG_REVIEW))
+def test_colwise_style_review_wrong_program_fails(name):
+    cls, words = STYLE_WRONG_REVIEW[name]
+    fails(ex.check_colwise_style, cls, words=words)
+
+
+@pytest.mark.slow
+def test_colwise_style_from_local_rows_passes(capsys):
+    passes(ex.check_colwise_style, FromLocalRows, capsys=capsys)
+
+
+@pytest.mark.slow
+def test_colwise_style_output_left_a_dtensor_passes(capsys):
+    """``use_local_output=False``: the hidden stays a ``Shard(-1)`` DTensor, which torch's
+    RowwiseParallel takes as it is; the same values and collectives, so it passes."""
+    passes(ex.check_colwise_style, _custom(lambda m, o, mesh: o), capsys=capsys)

@@ -52,9 +52,10 @@ def _compare(kind: str, got: dict, ref: dict) -> str | None:
     return None
 
 
-def grade_plan(plan, exercise: dict, hint: str) -> str:
+def grade_plan(plan, exercise: dict, hint: str, barred: tuple = ()) -> str:
     """Run ``plan`` for ``exercise`` (:data:`MLP` or :data:`SP`) on each of :data:`WORLDS`
-    processes at each of its sizes; the ✓ words, or :class:`Wrong`."""
+    processes at each of its sizes; the ✓ words, or :class:`Wrong`. ``barred``: dotted names
+    of library code the workers may not run while they do (:func:`blocks.run`)."""
     if not isinstance(plan, dict) or not plan:
         raise Wrong(f"give a dict from layer names {exercise['keys']} to parallel styles.")
     if any(not ship.importable(type(s)) for s in plan.values()):  # a style of your own
@@ -78,11 +79,13 @@ def grade_plan(plan, exercise: dict, hint: str) -> str:
     done = []
     for world in WORLDS:
         try:
-            ranks, _ = launch_timed(blocks.run, world, shipped, kind, sizes,
+            ranks, _ = launch_timed(blocks.run, world, shipped, kind, sizes, 0, tuple(barred),
                                     timeout=LAUNCH_TIMEOUT)
         except WorkerError as e:
             if "NotImplementedError" in str(e).split("\n")[0]:  # the release's stub
                 raise NotAttempted from None
+            if " raised Unavailable: " in str(e).split("\n")[0]:  # torch's own, called
+                raise Wrong(str(e).split("\n")[0].split(" raised Unavailable: ", 1)[1]) from None
             first = str(e).split("\n")[0].split("raised ", 1)[-1][:200]
             said = f"right on {done[0]}, but " if done else ""
             raise Wrong(f"{said}on {world} processes the plan fails: {first}", hint) from None
@@ -130,6 +133,11 @@ def check_sp_plan(sp_plan) -> str:
     return "Sequence parallelism around Megatron's MLP: " + words
 
 
+# torch's column-wise style, which the learner's ``_apply`` may not hand its work to (by calling
+# ``ColwiseParallel()._apply``, its hooks, or ``shard.megatron_plan()["0"]``) in the workers
+BARRED = ("torch.distributed.tensor.parallel.style.ColwiseParallel",)
+
+
 def _own_style(cls) -> None:
     """Refuse what is not a column-wise style of the learner's own, before any process starts."""
     from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle
@@ -157,5 +165,5 @@ def check_colwise_style(ColumnParallel) -> str:
     words = grade_plan({"0": ColumnParallel(), "2": RowwiseParallel()}, MLP,
                        "The weight and the bias are split along F; the input is whole on "
                        "every rank; the output stays split along its last dimension, as "
-                       "RowwiseParallel expects its input.")
+                       "RowwiseParallel expects its input.", barred=BARRED)
     return f"Your column-wise style, then torch's RowwiseParallel: f and g, nothing else; {words}"
