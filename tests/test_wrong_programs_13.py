@@ -3,7 +3,10 @@ Megatron MLP (13.4) and sequence parallelism around it (13.7), each run on 4 and
 The right plans pass; wrong plans written as a learner would (the library's plan deep-copied,
 the hidden gathered before the row-parallel layer, a partial output, the tokens kept split into
 the first linear layer, the output split on the batch) fail. Plans not repeated from
-tests/test_ex_pytorch.py."""
+tests/test_ex_pytorch.py. 13.4 now asks for the learner's own column-wise ``ParallelStyle``
+(``check_colwise_style``): torch's ColwiseParallel or a subclass, no ``_apply``, the weight
+whole, the output gathered, an extra all-gather, and a style right on 4 processes only all
+fail; the old ``check_tp_plan`` is kept for the contract."""
 
 import copy
 
@@ -13,9 +16,18 @@ from checking import fails, passes
 import tpviz
 
 torch = pytest.importorskip("torch")
-from torch.distributed.tensor import Partial, Replicate, Shard  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.distributed.tensor import (  # noqa: E402
+    DTensor,
+    Partial,
+    Replicate,
+    Shard,
+    distribute_module,
+    distribute_tensor,
+)
 from torch.distributed.tensor.parallel import (  # noqa: E402
     ColwiseParallel,
+    ParallelStyle,
     RowwiseParallel,
     SequenceParallel,
 )
@@ -51,14 +63,108 @@ def test_tp_plan_wrong_program_fails(name):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a plan is a value made before the check: the library's "
-                   "styles with their mark removed are torch's own ColwiseParallel() and "
-                   "RowwiseParallel(), which is also the right answer typed out")
 def test_tp_plan_library_with_its_mark_removed_fails():
+    """The library's plan with its mark removed is torch's own ColwiseParallel, which 13.4's
+    checker refuses where the learner's style is asked (before any process starts)."""
     plan = shard.megatron_plan()
     for style in plan.values():
         vars(style).pop("_tpviz_book", None)
-    fails(ex.check_tp_plan, plan, words="megatron_plan")
+    fails(ex.check_colwise_style, type(plan["0"]), words="torch's own `ColwiseParallel`")
+
+
+# --- 13.4 the learner's own column-wise style ---------------------------------------------------
+class Mine(ParallelStyle):
+    """A column-wise ParallelStyle as a learner writes it, its choices as class attributes
+    (:func:`style`): the weight's and the bias's placements, the input's, what the output is
+    redistributed to before ``to_local`` (``give``), the mesh size it splits on (``only_on``;
+    others: everything whole)."""
+
+    params, bias, give, only_on = Shard(0), Shard(0), None, None
+
+    def _apply(self, module, device_mesh):
+        style = self
+
+        def part(name, layer, mesh):
+            whole = style.only_on is not None and mesh.size() != style.only_on
+            for key, p in list(layer.named_parameters(recurse=False)):
+                at = Replicate() if whole else (style.params if key == "weight" else style.bias)
+                layer.register_parameter(key, nn.Parameter(distribute_tensor(p.detach(), mesh,
+                                                                             [at])))
+
+        def inp(layer, inputs, mesh):
+            return DTensor.from_local(inputs[0], mesh, [Replicate()], run_check=False)
+
+        def out(layer, y, mesh):
+            for placements in style.give or ():
+                y = y.redistribute(mesh, placements)
+            return y.to_local()
+
+        return distribute_module(module, device_mesh, part, inp, out)
+
+
+def style(**choices):
+    return type("Mine", (Mine,), choices)
+
+
+class BookColumn(ParallelStyle):  # the book's solution, in another learner's words
+    def _apply(self, module, device_mesh):
+        def split_rows(name, layer, mesh):
+            for key, param in list(layer.named_parameters(recurse=False)):
+                rows = distribute_tensor(param.detach(), mesh, [Shard(0)])
+                layer.register_parameter(key, nn.Parameter(rows))
+
+        def whole_input(layer, inputs, mesh):
+            x = inputs[0]
+            if not isinstance(x, DTensor):
+                x = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+            return (x, *inputs[1:])
+
+        return distribute_module(module, device_mesh, split_rows, whole_input,
+                                 lambda layer, out, mesh: out.to_local())
+
+
+class Inherits(ColwiseParallel):
+    pass
+
+
+STYLE_WRONG = {
+    "torch's own ColwiseParallel": (lambda: ColwiseParallel, "torch's own `ColwiseParallel`"),
+    "a subclass of ColwiseParallel": (lambda: Inherits, "`Inherits` inherits it"),
+    "no _apply of its own": (lambda: type("Empty", (ParallelStyle,), {}),
+                             "does not define its own `_apply"),
+    "the weight and bias whole": (lambda: style(params=Replicate(), bias=Replicate()),
+                                  "plan fails|differs|shape"),
+    "the output gathered": (lambda: style(give=([Replicate()],)), "plan fails|differs|shape"),
+    "the output gathered and split again": (
+        lambda: style(give=([Replicate()], [Shard(-1)])),
+        r"right values, but the step issues .*all-gather"),
+    "right on 4 processes only": (lambda: style(only_on=4),
+                                  r"right on 4 processes .*, but on 2 processes"),
+}
+
+
+@pytest.mark.slow
+def test_colwise_style_book_solution_passes(capsys):
+    passes(ex.check_colwise_style, BookColumn, capsys=capsys)
+
+
+@pytest.mark.slow
+def test_colwise_style_variant_passes(capsys):
+    passes(ex.check_colwise_style, style(), capsys=capsys)
+
+
+@pytest.mark.slow
+def test_colwise_style_with_the_bias_whole_passes(capsys):
+    """A whole bias on every rank: DTensor adds this rank's slice of it to the split output,
+    and its gradient needs no collective; the same values and collectives, so it passes."""
+    passes(ex.check_colwise_style, style(bias=Replicate()), capsys=capsys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(STYLE_WRONG))
+def test_colwise_style_wrong_program_fails(name):
+    cls, words = STYLE_WRONG[name]
+    fails(ex.check_colwise_style, cls(), words=words)
 
 
 # --- 13.7 sequence parallelism around the MLP --------------------------------------------------
@@ -97,3 +203,112 @@ def test_sp_plan_right_program_passes(capsys):
 def test_sp_plan_wrong_program_fails(name):
     plan, words = SP_WRONG[name]
     fails(ex.check_sp_plan, plan(), words=words)
+
+
+# --- 13.4 review (rev13): more of a learner's column-wise styles --------------------------------
+class Delegates(ParallelStyle):  # a library shortcut: torch's style does the work, not inherited
+    def _apply(self, module, device_mesh):
+        return ColwiseParallel()._apply(module, device_mesh)
+
+
+class BookPlanInside(ParallelStyle):  # tpviz's own plan, its first style, called inside _apply
+    def _apply(self, module, device_mesh):
+        return shard.megatron_plan()["0"]._apply(module, device_mesh)
+
+
+class Swallows(ParallelStyle):  # tries torch's style, falls back to its own if refused
+    def _apply(self, module, device_mesh):
+        try:
+            return ColwiseParallel()._apply(module, device_mesh)
+        except BaseException:
+            return BookColumn()._apply(module, device_mesh)
+
+
+def _rows(name, layer, mesh):
+    for key, p in list(layer.named_parameters(recurse=False)):
+        layer.register_parameter(key, nn.Parameter(distribute_tensor(p.detach(), mesh,
+                                                                     [Shard(0)])))
+
+
+class Custom(ParallelStyle):
+    """Weight and bias split on F (by a helper at the module's top level, which travels by its
+    code), the input taken as ``inp``, the output handed on by ``give``."""
+
+    inp, give = None, staticmethod(lambda m, o, mesh: o.to_local())
+
+    def _apply(self, module, device_mesh):
+        def take(m, i, mesh):
+            return DTensor.from_local(i[0], mesh, [self.inp or Replicate()], run_check=False)
+        return distribute_module(module, device_mesh, _rows, take, self.give)
+
+
+def _custom(give, inp=None):
+    return type("Custom", (Custom,), {"give": staticmethod(give), "inp": inp})
+
+
+class RowWeight(ParallelStyle):  # the weight split on H (dim 1), as a row-wise layer's
+    def _apply(self, module, device_mesh):
+        def part(name, layer, mesh):
+            for key, at in (("weight", Shard(1)), ("bias", Shard(0))):
+                p = getattr(layer, key).detach()
+                layer.register_parameter(key, nn.Parameter(distribute_tensor(p, mesh, [at])))
+        return distribute_module(module, device_mesh, part,
+                                 lambda m, i, mesh: DTensor.from_local(i[0], mesh, [Replicate()]),
+                                 lambda m, o, mesh: o.to_local())
+
+
+class PlainSlices(ParallelStyle):  # this rank's rows as plain tensors, no DTensor anywhere
+    def _apply(self, module, device_mesh):
+        def part(name, layer, mesh):
+            n, r = mesh.size(), mesh.get_local_rank()
+            for key, p in list(layer.named_parameters(recurse=False)):
+                rows = p.shape[0] // n
+                layer.register_parameter(key, nn.Parameter(p.detach()[r * rows:(r + 1) * rows]))
+        return distribute_module(module, device_mesh, part)
+
+
+class FromLocalRows(ParallelStyle):  # right: torch.chunk and DTensor.from_local, not distribute
+    def _apply(self, module, device_mesh):
+        def part(name, layer, mesh):
+            n, r = mesh.size(), mesh.get_local_rank()
+            for key, p in list(layer.named_parameters(recurse=False)):
+                rows = torch.chunk(p.detach(), n)[r].contiguous()
+                layer.register_parameter(key, nn.Parameter(DTensor.from_local(rows, mesh,
+                                                                              [Shard(0)])))
+        return distribute_module(module, device_mesh, part,
+                                 lambda m, i, mesh: DTensor.from_local(i[0], mesh, [Replicate()]),
+                                 lambda m, o, mesh: o.to_local())
+
+
+CALLS_TORCH = "your code called it"
+STYLE_WRONG_REVIEW = {
+    "ColwiseParallel()._apply called": (Delegates, CALLS_TORCH),
+    "the library plan's style called": (BookPlanInside, CALLS_TORCH),
+    "torch's style tried, its refusal caught": (Swallows, CALLS_TORCH),
+    "the weight split on H": (RowWeight, r"right values, but the step issues .*all-gather"),
+    "the input taken as split tokens": (_custom(lambda m, o, mesh: o.to_local(), Shard(1)),
+                                        r"has shape \(1, 32, 8\); one process's is \(1, 8, 8\)"),
+    "the output split on the tokens": (
+        _custom(lambda m, o, mesh: o.redistribute(mesh, [Shard(1)]).to_local()),
+        "plan fails"),
+    "plain local slices": (PlainSlices, "plan fails: RuntimeError: .*mixed torch.Tensor"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(STYLE_WRONG_REVIEW))
+def test_colwise_style_review_wrong_program_fails(name):
+    cls, words = STYLE_WRONG_REVIEW[name]
+    fails(ex.check_colwise_style, cls, words=words)
+
+
+@pytest.mark.slow
+def test_colwise_style_from_local_rows_passes(capsys):
+    passes(ex.check_colwise_style, FromLocalRows, capsys=capsys)
+
+
+@pytest.mark.slow
+def test_colwise_style_output_left_a_dtensor_passes(capsys):
+    """``use_local_output=False``: the hidden stays a ``Shard(-1)`` DTensor, which torch's
+    RowwiseParallel takes as it is; the same values and collectives, so it passes."""
+    passes(ex.check_colwise_style, _custom(lambda m, o, mesh: o), capsys=capsys)

@@ -146,6 +146,7 @@ _HOMES = {
         "check_tick",
     ),
     "tpviz.pytorch.builds": (
+        "check_colwise_style",
         "check_sp_plan",
         "check_tp_plan",
     ),

@@ -53,15 +53,31 @@ def _whole(t):
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def run(rank: int, world: int, plan: dict, kind: str, sizes: tuple, seed: int = 0) -> list:
+def run(rank: int, world: int, plan: dict, kind: str, sizes: tuple, seed: int = 0,
+        barred: tuple = ()) -> list:
     """Per size ``(hidden, ffn, tokens)``: this rank's output and input gradient (its tokens
     for ``"sp"``, all of them for ``"mlp"``), the weights' gradients whole, and the collectives
-    of the forward and of the backward."""
+    of the forward and of the backward. ``barred``: dotted names whose code may not run
+    (:func:`tpviz.core.unavailable.unavailable`), e.g. torch's ``ColwiseParallel`` while a
+    learner's own column-wise style splits, runs and differentiates its layer."""
+    from tpviz.core.unavailable import Unavailable, unavailable
+
+    with unavailable(barred) as called:
+        out = _run(world, plan, kind, sizes, seed, rank)
+    if called:  # even if the learner's code caught the exception
+        raise Unavailable(called[0])
+    return out
+
+
+def _run(world: int, plan: dict, kind: str, sizes: tuple, seed: int, rank: int) -> list:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import parallelize_module
 
+    from tpviz.pytorch.ship import unpack_plan
+
     mesh = init_device_mesh("cpu", (world,))
+    plan = unpack_plan(plan)  # styles written in a notebook come as their code
     out = []
     for hidden, ffn, tokens in sizes:
         net = parallelize_module(model(kind, hidden, ffn, seed), mesh, plan)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpviz.core.exercises import Wrong, checker, only_keys
-from tpviz.errors import WorkerError
+from tpviz.core.exercises import NotAttempted, Wrong, checker, only_keys
+from tpviz.errors import ArgumentTypeError, WorkerError
+from tpviz.pytorch import ship
 
 LAUNCH_TIMEOUT = 60.0
 WORLDS = (4, 2)
@@ -51,12 +52,18 @@ def _compare(kind: str, got: dict, ref: dict) -> str | None:
     return None
 
 
-def grade_plan(plan, exercise: dict, hint: str) -> str:
+def grade_plan(plan, exercise: dict, hint: str, barred: tuple = ()) -> str:
     """Run ``plan`` for ``exercise`` (:data:`MLP` or :data:`SP`) on each of :data:`WORLDS`
-    processes at each of its sizes; the ✓ words, or :class:`Wrong`."""
+    processes at each of its sizes; the ✓ words, or :class:`Wrong`. ``barred``: dotted names
+    of library code the workers may not run while they do (:func:`blocks.run`)."""
     if not isinstance(plan, dict) or not plan:
         raise Wrong(f"give a dict from layer names {exercise['keys']} to parallel styles.")
-    only_keys(plan, list(exercise["keys"]), "your plan")  # before starting processes
+    if any(not ship.importable(type(s)) for s in plan.values()):  # a style of your own
+        extra = [k for k in plan if k not in exercise["keys"]]
+        if extra:
+            raise Wrong(f"your plan has key {extra[0]!r}, which this exercise does not use.")
+    else:
+        only_keys(plan, list(exercise["keys"]), "your plan")  # before starting processes
     book = next((getattr(s, MARK) for s in plan.values() if getattr(s, MARK, None)), None)
     if book:
         raise Wrong(f"this exercise asks you to write what `{book}` does, and your plan is "
@@ -65,14 +72,23 @@ def grade_plan(plan, exercise: dict, hint: str) -> str:
     from tpviz.pytorch.check import launch_timed
 
     kind, sizes = exercise["kind"], exercise["sizes"]
+    try:
+        shipped = ship.pack_plan(plan)  # styles written in a notebook travel as their code
+    except ArgumentTypeError as e:
+        raise Wrong(str(e)) from None
     done = []
     for world in WORLDS:
         try:
-            ranks, _ = launch_timed(blocks.run, world, plan, kind, sizes,
+            ranks, _ = launch_timed(blocks.run, world, shipped, kind, sizes, 0, tuple(barred),
                                     timeout=LAUNCH_TIMEOUT)
         except WorkerError as e:
+            if "NotImplementedError" in str(e).split("\n")[0]:  # the release's stub
+                raise NotAttempted from None
+            if " raised Unavailable: " in str(e).split("\n")[0]:  # torch's own, called
+                raise Wrong(str(e).split("\n")[0].split(" raised Unavailable: ", 1)[1]) from None
             first = str(e).split("\n")[0].split("raised ", 1)[-1][:200]
-            raise Wrong(f"on {world} processes the plan fails: {first}", hint) from None
+            said = f"right on {done[0]}, but " if done else ""
+            raise Wrong(f"{said}on {world} processes the plan fails: {first}", hint) from None
         for k, (h, f, t) in enumerate(sizes):
             where = f"{world} processes with H = {h}, F = {f}, T = {t}"
             try:
@@ -115,3 +131,39 @@ def check_sp_plan(sp_plan) -> str:
     words = grade_plan(sp_plan, SP, "Where does the block need every token, and where only this "
                        "rank's? The LayerNorm's weights see every rank's tokens too.")
     return "Sequence parallelism around Megatron's MLP: " + words
+
+
+# torch's column-wise style, which the learner's ``_apply`` may not hand its work to (by calling
+# ``ColwiseParallel()._apply``, its hooks, or ``shard.megatron_plan()["0"]``) in the workers
+BARRED = ("torch.distributed.tensor.parallel.style.ColwiseParallel",)
+
+
+def _own_style(cls) -> None:
+    """Refuse what is not a column-wise style of the learner's own, before any process starts."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle
+
+    if not isinstance(cls, type) or not issubclass(cls, ParallelStyle):
+        raise Wrong(f"give your class (a subclass of torch's `ParallelStyle`), not {cls!r}.")
+    if issubclass(cls, ColwiseParallel):
+        raise Wrong("this is torch's own `ColwiseParallel`"
+                    + ("" if cls is ColwiseParallel else f" (`{cls.__name__}` inherits it)")
+                    + ": the exercise asks you to write the column-wise style yourself, as a "
+                    "subclass of `ParallelStyle` with its own `_apply`.")
+    if cls._apply is ParallelStyle._apply or cls.__module__.startswith("torch."):
+        raise Wrong(f"`{cls.__name__}` does not define its own `_apply(module, device_mesh)`.")
+
+
+@checker("A column-wise ParallelStyle of your own")
+def check_colwise_style(ColumnParallel) -> str:
+    """``ColumnParallel``: the learner's ``ParallelStyle`` for the first ``Linear(H, F)`` of
+    the Megatron MLP, used as ``{"0": ColumnParallel(), "2": RowwiseParallel()}``; run on 4
+    and 2 processes at two sizes against one process, exactly one all-reduce forward (g, in
+    torch's RowwiseParallel) and one backward (f, the learner's replicated input)."""
+    _own_style(ColumnParallel)
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    words = grade_plan({"0": ColumnParallel(), "2": RowwiseParallel()}, MLP,
+                       "The weight and the bias are split along F; the input is whole on "
+                       "every rank; the output stays split along its last dimension, as "
+                       "RowwiseParallel expects its input.", barred=BARRED)
+    return f"Your column-wise style, then torch's RowwiseParallel: f and g, nothing else; {words}"
