@@ -74,11 +74,12 @@ def pytest_collection_modifyitems(config, items):
 
 # --- one JAX compilation cache for the whole run ---------------------------------------------
 # The tests, the chapters and the checkers compile many of the same programs (a checker's
-# reference in its unit test and in its chapter; a chapter's program in its topic's tests). One
-# persistent compilation cache in a temporary folder, shared by the xdist workers and every
-# kernel they start (they inherit the environment), compiles each once per run: about a fifth of
-# the time of tests/test_megatron.py, tests/test_zero.py and their chapters. JAX keys each entry
-# by the program, its version and the compile options; the folder goes when the run ends.
+# reference in several tests; one program in several chapters). One persistent compilation
+# cache in a temporary folder, shared by the xdist workers and every kernel they start (they
+# inherit the environment), compiles each once per run. JAX keys each entry by the program, its
+# version and the compile options, XLA_FLAGS included: the unit tests (optimisation level 0,
+# below) and the chapters (the default) share entries only among themselves. The folder goes
+# when the run ends.
 JAX_CACHE = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
              "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
