@@ -78,8 +78,8 @@ book: $(STAMP) $(VENDOR_STAMP)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 test: $(STAMP) $(INSTRUCTOR)
+	$(BIN)/ruff check .  # first: a lint error is found in seconds, not after the tests
 	TPVIZ_ENV=pinned $(BIN)/python $(PYTEST) --chapters-into-cache
-	$(BIN)/ruff check .
 
 COLAB := .venv-colab
 $(COLAB)/.installed: requirements-colab.txt
