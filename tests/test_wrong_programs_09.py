@@ -179,14 +179,33 @@ def test_ring_other_online_rings_pass(right, capsys):
     passes(ex.check_ring_step, right, capsys=capsys)
 
 
-@pytest.mark.xfail(strict=True, reason="a checker's declaration is a module global the "
-                   "learner's notebook can replace before calling it; the harness cannot tell")
 def test_ring_checker_patched_fails(monkeypatch):
+    """A notebook that puts a lenient copy of the checker's declaration in its place (a module
+    global) before calling the check: refused, and the gathering program is not passed."""
     lenient = dataclasses.replace(builds.RING, collectives=None, extra=None, memory=None)
     monkeypatch.setattr(builds, "RING", lenient)
     fails(ex.check_ring_step, lambda q, k, v: context.block_attention(*(
         jax.lax.all_gather(t, "context", axis=1, tiled=True) if t is not q else t
-        for t in (q, k, v)))[0], words="all-gather")
+        for t in (q, k, v)))[0], words="not the one tpviz.context.builds was imported with")
+
+
+def test_a_reloaded_module_declares_its_builds_anew():
+    """Reloading a builds module (autoreload does) runs its top level again: the new
+    declarations are the checks' own; a copy made elsewhere is not, nor is it after a reload."""
+    import importlib
+
+    from tpviz.core.harness_build import declared
+
+    before = builds.RING
+    try:
+        importlib.reload(builds)
+        assert builds.RING is not before
+        declared(builds.RING, "tpviz.context.builds")  # no exception: the new one is declared
+        declared(before, "tpviz.context.builds")  # nor for the old one, still held elsewhere
+        with pytest.raises(Wrong, match="replaced it"):
+            declared(dataclasses.replace(builds.RING, memory=None), "tpviz.context.builds")
+    finally:
+        importlib.reload(builds)
 
 
 # --- 9.7 Ulysses -------------------------------------------------------------------------------

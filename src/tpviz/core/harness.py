@@ -81,6 +81,11 @@ How the answer becomes a program:
   program it returns run inside the watch, so ``unavailable`` must not name a function the
   checker's own program calls.
 
+A checker grades only against the builds its module declared at its top level (on import or
+reload): a ``Build`` made elsewhere and put in a declaration's place (a notebook replacing
+``tpviz.context.builds.RING`` with a lenient ``dataclasses.replace`` of it) is refused before the
+learner's code runs. Declare every ``Build`` at module level.
+
 Builds without a mesh (a pricing function, a schedule's construction) call the learner's code
 through :func:`guarded`, which applies the same time limit and keeps the same functions out of
 reach. ✗ messages say what is wrong and where to look (``hint``); they never show the code.
@@ -99,13 +104,14 @@ import contextlib
 import dataclasses
 import inspect
 import io
+import sys
 
 import jax
 
 from tpviz import compat
 from tpviz.core import compiled, verify
 from tpviz.core.exercises import NotAttempted, Wrong, is_stub
-from tpviz.core.harness_build import Build, Case, Expect, _mesh, cases, guarded
+from tpviz.core.harness_build import Build, Case, Expect, _mesh, cases, declared, guarded
 from tpviz.core.harness_report import compare, moved, placement, specs, summary, values
 
 __all__ = ["Build", "Case", "Expect", "grade", "guarded"]
@@ -260,6 +266,7 @@ def grade(answer, build: Build) -> str:
     """Grade ``answer`` against ``build``; the ✓ text, or :class:`Wrong` / ``NotAttempted``."""
     if is_stub(answer) or (isinstance(answer, tuple) and any(is_stub(a) for a in answer)):
         raise NotAttempted
+    declared(build, sys._getframe(1).f_globals.get("__name__", ""))
     if build.vma != "either":
         return _attempt(answer, build, bool(build.vma))
     try:  # check_vma=True (JAX's default), then False: the message of the one that got further

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -91,6 +92,36 @@ class Build:
     rtol: float = 1e-4
     atol: float = 1e-4
     seed: int = 0
+
+    def __post_init__(self):
+        _declare(self)
+
+
+# A module of tpviz declares its builds at its top level (on import or reload); a checker there
+# grades only against those. A Build made anywhere else (a notebook's dataclasses.replace of
+# one, lenient) and put in a declaration's place is refused (harness.grade, `declared`).
+_DECLARED: dict[str, list[Build]] = {}
+_MAKERS = ("tpviz.core.harness_build", "dataclasses")  # frames between a Build and its maker
+
+
+def _declare(build: Build) -> None:
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") in _MAKERS:
+        frame = frame.f_back
+    module = frame.f_globals.get("__name__", "") if frame is not None else ""
+    if module.startswith("tpviz.") and frame.f_code.co_name == "<module>":
+        _DECLARED.setdefault(module, []).append(build)
+
+
+def declared(build: Build, module: str) -> None:
+    """Refuse ``build`` when ``module`` (a checker's) declared builds and this is none of them."""
+    own = _DECLARED.get(module)
+    if own is not None and not any(build is b for b in own):
+        raise Wrong(f"the check's declaration of {build.what} is not the one {module} was "
+                    "imported with: something in this kernel replaced it. A check grades only "
+                    "against its own declarations.",
+                    "Restart the kernel (Kernel → Restart) and run the notebook's cells as "
+                    "they are, without changing tpviz's modules.")
 
 
 def _mesh(shape, axes, explicit: bool = False):
