@@ -133,23 +133,16 @@ def pipeline() -> dict:
 
 
 def asyncpipe() -> dict:
-    """Chapter 8: the chapter's run, the 4-stage MLP trained 300 steps with each schedule's
-    weight versions at two learning rates (one program on 4 devices, called once per run; seed
-    0 of the chapter's five), and the chapter's assertions, which hold in every seed."""
-    from tpviz.asyncpipe import spread, stale
+    """Chapter 8: the chapter's runs, the 4-stage MLP trained with each schedule's weight
+    versions (one program on 4 devices, called once per run; seed 0 of the chapter's five), at
+    the chapter's larger learning rate and for 96 steps, not 300: each step's sends between
+    stages cross processes, and each run's losses (every step's, brought home by
+    ``verify.host``, which records them) are compared with one process's. The chapter's claims
+    about the curves are asserted in every seed by the chapter and tests/test_asyncpipe.py."""
+    from tpviz.asyncpipe import stale
 
-    results = stale.train(steps=300, lrs=(0.05, 0.2), seeds=(0,))
-    small, large = results[0.05], results[0.2]
-    late = [k for k in large if "synchronous" not in k]
-    verify.require(all((spread.ratios(small, k) < 2).all() for k in late),
-                   "at lr 0.05 stale weights should cost less than 2x the synchronous loss")
-    verify.require(all((c.finals < 0.25).all() for k, c in large.items() if k not in late),
-                   "at lr 0.2 the synchronous runs should converge")
-    verify.require(all((spread.ratios(large, k) > 2.5).all() for k in late),
-                   "at lr 0.2 every stale run should end above 2.5x the synchronous loss")
-    verify.require(spread.diverges(large["2BW"]).all(), "2BW should diverge at lr 0.2")
-    return {"final loss": {str(lr): {k: float(c.finals[0]) for k, c in curves.items()}
-                           for lr, curves in results.items()},
+    results = stale.train(steps=96, lrs=(0.2,), seeds=(0,))
+    return {"final loss": {k: float(c.finals[0]) for k, c in results[0.2].items()},
             "collectives": compiled.collectives(results.program),
             "memory": compiled.memory(results.program)}
 
