@@ -252,6 +252,9 @@ class ChapterRun(pytest.Item):
         # process of its own (tools/run_chapter.py), ended with its kernel once the whole tree
         # has used no CPU for IDLE_S (or after CHAPTER_S); a stalled try gets one more in a
         # fresh kernel, a "ChapterRetried" warning. A cell that errs, or two stalls, fail.
+        # The stall's cause: nbclient's poll for the reply missed its socket's wake-up; the
+        # runner now polls in slices (tpviz.grading.runner.poll_in_slices), and the watch
+        # stays for what else may hang.
         for attempt in (1, 2):
             with tempfile.TemporaryDirectory() as folder:
                 out = os.path.join(folder, "run.ipynb")
