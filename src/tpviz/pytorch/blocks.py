@@ -86,6 +86,10 @@ def _run(world: int, plan: dict, kind: str, sizes: tuple, seed: int, rank: int) 
             size = tokens // world
             x = x[:, rank * size:(rank + 1) * size]
         x = x.clone().requires_grad_(True)
+        seen = []  # layer "0"'s output as layer "1" receives it (after the style's own hooks)
+        if kind == "sp":
+            net.get_submodule("0").register_forward_hook(
+                lambda m, i, o, seen=seen: seen.append(_layout(o)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             with CommDebugMode() as fwd:
@@ -94,11 +98,36 @@ def _run(world: int, plan: dict, kind: str, sizes: tuple, seed: int, rank: int) 
                 y.square().sum().div(2).backward()
         # a plan may hand back a DTensor (use_local_output=False): this rank's tokens, whole
         y = y.to_local() if kind == "sp" and hasattr(y, "to_local") else _whole(y)
+        norm = _norm(net, seen) if kind == "sp" else {}
         out.append({"out": y.detach().numpy(), "x_grad": x.grad.numpy(),
                     "grads": {n: _whole(p.grad).detach().numpy()
                               for n, p in net.named_parameters()},
-                    "forward": counts(fwd), "backward": counts(bwd)})
+                    "forward": counts(fwd), "backward": counts(bwd), "norm": norm})
     return out
+
+
+def _layout(t) -> tuple:
+    """``("DTensor", its placements, its local shape)`` or ``("tensor", None, its shape)``."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        return ("DTensor", str(tuple(t.placements)), tuple(t.to_local().shape))
+    return ("tensor", None, tuple(getattr(t, "shape", ())))
+
+
+def _norm(net, seen: list) -> dict:
+    """The LayerNorm's (layer "0"'s): its output's layout, its parameters' and their gradients'
+    layouts after the backward, and the collectives that make those gradients whole."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    params = dict(net.get_submodule("0").named_parameters())
+    found = {"out": seen[0] if seen else None,
+             "params": {k: _layout(p)[1] for k, p in params.items()},
+             "grads": {k: _layout(p.grad)[1] for k, p in params.items()}}
+    with CommDebugMode() as whole:
+        for p in params.values():
+            _whole(p.grad)
+    return {**found, "reduce": counts(whole)}
 
 
 def join(kind: str, ranks: list, k: int) -> dict:
