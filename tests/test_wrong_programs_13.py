@@ -6,7 +6,8 @@ the first linear layer, the output split on the batch) fail. Plans not repeated 
 tests/test_ex_pytorch.py. 13.4 now asks for the learner's own column-wise ``ParallelStyle``
 (``check_colwise_style``): torch's ColwiseParallel or a subclass, no ``_apply``, the weight
 whole, the output gathered, an extra all-gather, and a style right on 4 processes only all
-fail; the old ``check_tp_plan`` is kept for the contract."""
+fail; the old ``check_tp_plan`` is kept for the contract. 13.7 likewise asks for the learner's own
+sequence-parallel style for the LayerNorm (``check_sequence_style``); ``check_sp_plan`` is kept."""
 
 import copy
 
@@ -312,3 +313,121 @@ def test_colwise_style_output_left_a_dtensor_passes(capsys):
     """``use_local_output=False``: the hidden stays a ``Shard(-1)`` DTensor, which torch's
     RowwiseParallel takes as it is; the same values and collectives, so it passes."""
     passes(ex.check_colwise_style, _custom(lambda m, o, mesh: o), capsys=capsys)
+
+
+# --- 13.7 the learner's own sequence-parallel style for the LayerNorm ---------------------------
+class SeqMine(ParallelStyle):
+    """A sequence-parallel ParallelStyle as a learner writes it, its choices as class attributes
+    (:func:`seq_style`): the norm's weights' placement (``None``: left to ``distribute_module``), the
+    input's, what the output is redistributed to (``give``), whether it is handed on as a plain
+    tensor (``local``), the mesh size it is right on (``only_on``; others: the input whole)."""
+
+    params, inp, give, local, only_on = Replicate(), Shard(1), None, False, None
+
+    def _apply(self, module, device_mesh):
+        style = self
+
+        def part(name, layer, mesh):
+            for key, p in list(layer.named_parameters(recurse=False)):
+                if style.params is not None:
+                    p = nn.Parameter(DTensor.from_local(p.detach(), mesh, [Replicate()]))
+                    if style.params != Replicate():
+                        p = nn.Parameter(distribute_tensor(p.detach().full_tensor(), mesh,
+                                                           [style.params]))
+                layer.register_parameter(key, p)
+
+        def inp(layer, inputs, mesh):
+            wrong = style.only_on is not None and mesh.size() != style.only_on
+            at = Replicate() if wrong else style.inp
+            return DTensor.from_local(inputs[0], mesh, [at], run_check=False)
+
+        def out(layer, y, mesh):
+            for placements in style.give or ():
+                y = y.redistribute(mesh, placements)
+            return y.to_local() if style.local else y
+
+        return distribute_module(module, device_mesh, part, inp, out)
+
+
+def seq_style(**choices):
+    return type("SeqMine", (SeqMine,), choices)
+
+
+class BookSequence(ParallelStyle):  # the book's solution, in another learner's words
+    def _apply(self, module, device_mesh):
+        def whole_weights(name, layer, mesh):
+            for key, param in list(layer.named_parameters(recurse=False)):
+                both = distribute_tensor(param.detach(), mesh, [Replicate()])
+                layer.register_parameter(key, nn.Parameter(both))
+
+        def tokens(layer, inputs, mesh):
+            x = inputs[0]
+            if not isinstance(x, DTensor):
+                x = DTensor.from_local(x, mesh, [Shard(1)], run_check=False)
+            return (x, *inputs[1:])
+
+        return distribute_module(module, device_mesh, whole_weights, tokens)
+
+
+class InheritsSP(SequenceParallel):
+    pass
+
+
+class DelegatesSP(ParallelStyle):  # torch's style called inside _apply, not inherited
+    def _apply(self, module, device_mesh):
+        return SequenceParallel()._apply(module, device_mesh)
+
+
+class SwallowsSP(ParallelStyle):  # tries torch's style, falls back to its own if refused
+    def _apply(self, module, device_mesh):
+        try:
+            return SequenceParallel()._apply(module, device_mesh)
+        except BaseException:
+            return BookSequence()._apply(module, device_mesh)
+
+
+SEQ_WRONG = {
+    "torch's own SequenceParallel": (SequenceParallel, "torch's own `SequenceParallel`"),
+    "a subclass of SequenceParallel": (InheritsSP, "`InheritsSP` inherits it"),
+    "no _apply of its own": (type("Empty", (ParallelStyle,), {}),
+                             "does not define its own `_apply"),
+    "SequenceParallel()._apply called": (DelegatesSP, CALLS_TORCH),
+    "torch's style tried, its refusal caught": (SwallowsSP, CALLS_TORCH),
+    "the norm's weights sharded on H": (seq_style(params=Shard(0)),
+                                        r"LayerNorm's weight is placed \(Shard\(dim=0\),\)"),
+    "the output handed on whole": (seq_style(give=([Replicate()],)),
+                                   r'hands layer "1" a DTensor placed \(Replicate\(\),\)'),
+    "the output handed on as a plain tensor": (
+        seq_style(local=True), r'hands layer "1" a tensor of shape \(1, 2, 8\), not a DTensor'),
+    "the input taken as whole tokens": (seq_style(inp=Replicate()),
+                                        "output, put together from the ranks, has shape"),
+    "right on 4 processes only": (seq_style(only_on=4),
+                                  r"right on 4 processes .*, but on 2 processes"),
+}
+
+
+@pytest.mark.slow
+def test_sequence_style_book_solution_passes(capsys):
+    passes(ex.check_sequence_style, BookSequence, capsys=capsys)
+
+
+@pytest.mark.slow
+def test_sequence_style_variant_passes(capsys):
+    """``DTensor.from_local`` for the weights (each rank holds them whole) and an output hook
+    that hands the ``Shard(1)`` DTensor on as it is: the same layouts, values and collectives."""
+    passes(ex.check_sequence_style, seq_style(), capsys=capsys)
+
+
+@pytest.mark.slow
+def test_sequence_style_weights_left_to_distribute_module_passes(capsys):
+    """Weights left plain tensors by the partition function: ``distribute_module`` replicates
+    every parameter that is not yet a DTensor, so they are ``Replicate()`` DTensors all the
+    same, and the program is right."""
+    passes(ex.check_sequence_style, seq_style(params=None), capsys=capsys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SEQ_WRONG))
+def test_sequence_style_wrong_program_fails(name):
+    cls, words = SEQ_WRONG[name]
+    fails(ex.check_sequence_style, cls, words=words)
