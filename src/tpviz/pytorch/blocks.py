@@ -56,8 +56,9 @@ def _whole(t):
 def run(rank: int, world: int, plan: dict, kind: str, sizes: tuple, seed: int = 0,
         barred: tuple = ()) -> list:
     """Per size ``(hidden, ffn, tokens)``: this rank's output and input gradient (its tokens
-    for ``"sp"``, all of them for ``"mlp"``), the weights' gradients whole, and the collectives
-    of the forward and of the backward. ``barred``: dotted names whose code may not run
+    for ``"sp"``, all of them for ``"mlp"``), the weights' gradients whole, the collectives
+    of the forward and of the backward, and for ``"sp"`` the LayerNorm's layouts
+    (:func:`_norm`). ``barred``: dotted names whose code may not run
     (:func:`tpviz.core.unavailable.unavailable`), e.g. torch's ``ColwiseParallel`` while a
     learner's own column-wise style splits, runs and differentiates its layer."""
     from tpviz.core.unavailable import Unavailable, unavailable

@@ -1,8 +1,10 @@
 """The PyTorch chapter's build checkers: a learner's DTensor plan (``parallelize_module``'s dict
 of ``ParallelStyle``s) run on gloo processes, 4 and then 2 of them, at two sizes each, against
 one process: outputs, the input's gradient, every weight's gradient, and the collectives
-``CommDebugMode`` counts in the forward and in the backward, exactly. The Megatron MLP (13.4);
-the same block with a LayerNorm and its tokens split outside it (13.7, sequence parallelism).
+``CommDebugMode`` counts in the forward and in the backward, exactly. The Megatron MLP (13.4:
+the learner's own column-wise style, :func:`check_colwise_style`); the same block with a
+LayerNorm and its tokens split outside it (13.7, sequence parallelism: the learner's own style
+for the norm, :func:`check_sequence_style`). The old dict checkers stay for the contract.
 
 A plan is a value made in the notebook, so the library's own plans cannot be put out of reach
 while it is made; instead :mod:`tpviz.pytorch.shard` marks the styles its plans are made of,
