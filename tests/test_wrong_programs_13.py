@@ -431,3 +431,14 @@ def test_sequence_style_weights_left_to_distribute_module_passes(capsys):
 def test_sequence_style_wrong_program_fails(name):
     cls, words = SEQ_WRONG[name]
     fails(ex.check_sequence_style, cls, words=words)
+
+
+def test_sequence_bytes_follow_from_the_shapes():
+    """13.7's bytes per rank, float32 (4 bytes): at H = 12, T = 12 on 2 processes an all-gather
+    of this rank's 6 tokens (6 * 12 * 4), a reduce-scatter of the whole 12-token partial sum
+    (12 * 12 * 4), each way, and 12 * 4 per norm gradient."""
+    from tpviz.pytorch.builds import _seq_bytes
+
+    step = [("all-gather", 288), ("reduce-scatter", 576)]
+    assert _seq_bytes(12, 12, 2) == {"forward": step, "backward": step,
+                                     "norm": [("all-reduce", 48), ("all-reduce", 48)]}

@@ -14,10 +14,29 @@ import warnings
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from tpviz.pytorch.shard import KINDS as COLLECTIVES
 from tpviz.pytorch.shard import counts
 
 KINDS = ("mlp", "sp")
+
+
+class Sent(TorchDispatchMode):
+    """Beside ``CommDebugMode``: each collective this rank issues, as ``(kind, bytes of its
+    input)``: what this rank sends into it (an all-gather's own part, a reduce-scatter's whole
+    partial tensor, an all-reduce's tensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kind = COLLECTIVES.get(func.__name__.split(".")[0])
+        if kind is not None:
+            t = args[0][0] if isinstance(args[0], list | tuple) else args[0]
+            self.sent.append((kind, t.numel() * t.element_size()))
+        return func(*args, **(kwargs or {}))
 
 
 def model(kind: str, hidden: int, ffn: int, seed: int = 0) -> nn.Sequential:
@@ -93,9 +112,9 @@ def _run(world: int, plan: dict, kind: str, sizes: tuple, seed: int, rank: int) 
                 lambda m, i, o, seen=seen: seen.append(_layout(o)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            with CommDebugMode() as fwd:
+            with CommDebugMode() as fwd, Sent() as fwd_sent:
                 y = net(x)
-            with CommDebugMode() as bwd:
+            with CommDebugMode() as bwd, Sent() as bwd_sent:
                 y.square().sum().div(2).backward()
         # a plan may hand back a DTensor (use_local_output=False): this rank's tokens, whole
         y = y.to_local() if kind == "sp" and hasattr(y, "to_local") else _whole(y)
@@ -103,7 +122,9 @@ def _run(world: int, plan: dict, kind: str, sizes: tuple, seed: int, rank: int) 
         out.append({"out": y.detach().numpy(), "x_grad": x.grad.numpy(),
                     "grads": {n: _whole(p.grad).detach().numpy()
                               for n, p in net.named_parameters()},
-                    "forward": counts(fwd), "backward": counts(bwd), "norm": norm})
+                    "forward": counts(fwd), "backward": counts(bwd), "norm": norm,
+                    "sent": {"forward": sorted(fwd_sent.sent),
+                             "backward": sorted(bwd_sent.sent)}})
     return out
 
 
@@ -125,10 +146,10 @@ def _norm(net, seen: list) -> dict:
     found = {"out": seen[0] if seen else None,
              "params": {k: _layout(p)[1] for k, p in params.items()},
              "grads": {k: _layout(p.grad)[1] for k, p in params.items()}}
-    with CommDebugMode() as whole:
+    with CommDebugMode() as whole, Sent() as sent:
         for p in params.values():
             _whole(p.grad)
-    return {**found, "reduce": counts(whole)}
+    return {**found, "reduce": counts(whole), "sent": sorted(sent.sent)}
 
 
 def join(kind: str, ranks: list, k: int) -> dict:
