@@ -7,7 +7,10 @@ tests/test_ex_pytorch.py. 13.4 now asks for the learner's own column-wise ``Para
 (``check_colwise_style``): torch's ColwiseParallel or a subclass, no ``_apply``, the weight
 whole, the output gathered, an extra all-gather, and a style right on 4 processes only all
 fail; the old ``check_tp_plan`` is kept for the contract. 13.7 likewise asks for the learner's own
-sequence-parallel style for the LayerNorm (``check_sequence_style``); ``check_sp_plan`` is kept."""
+sequence-parallel style for the LayerNorm (``check_sequence_style``); ``check_sp_plan`` is kept.
+A second reviewer's 13.7 programs: torch's hooks named directly, the sequence hard-coded as 4
+slices, the norm run on local tensors, the features or the batch taken as split, the output split
+on the batch all fail; the global shape taken from the mesh passes."""
 
 import copy
 
@@ -442,3 +445,76 @@ def test_sequence_bytes_follow_from_the_shapes():
     step = [("all-gather", 288), ("reduce-scatter", 576)]
     assert _seq_bytes(12, 12, 2) == {"forward": step, "backward": step,
                                      "norm": [("all-reduce", 48), ("all-reduce", 48)]}
+
+
+# --- 13.7, a second reviewer's programs (issue 39) ----------------------------------------------
+class TorchHooks(ParallelStyle):  # torch's SequenceParallel's own hooks, named, not inherited
+    def _apply(self, module, device_mesh):
+        from functools import partial
+
+        return distribute_module(
+            module, device_mesh, None,
+            partial(SequenceParallel._prepare_input_fn, (Shard(1),)),
+            partial(SequenceParallel._prepare_output_fn, False))
+
+
+def tokens_of(ranks):
+    """An input hook that declares this rank's [1, T/N, H] slice of ``[1, T, H]``, the global
+    shape written out, N from ``ranks`` (a number: hard-coded; None: the mesh's size)."""
+    def tokens(layer, inputs, mesh):
+        b, t, h = inputs[0].shape
+        n = ranks or mesh.size()
+        return DTensor.from_local(inputs[0], mesh, [Shard(1)], run_check=False,
+                                  shape=torch.Size([b, t * n, h]), stride=(t * n * h, h, 1))
+    return tokens
+
+
+class FourRanks(ParallelStyle):  # the sequence's length written as 4 slices
+    def _apply(self, module, device_mesh):
+        return distribute_module(module, device_mesh, None, tokens_of(4))
+
+
+class AnyRanks(ParallelStyle):  # right: the length from the mesh, the output rebuilt as it was
+    def _apply(self, module, device_mesh):
+        def same(layer, y, mesh):
+            return DTensor.from_local(y.to_local(), mesh, y.placements, run_check=False)
+
+        return distribute_module(module, device_mesh, None, tokens_of(None), same)
+
+
+class LocalNorm(ParallelStyle):  # no distribute_module: the weights stay plain, local tensors
+    def _apply(self, module, device_mesh):
+        module.register_forward_pre_hook(
+            lambda m, inp: tuple(i.to_local() if isinstance(i, DTensor) else i for i in inp))
+        module.register_forward_hook(
+            lambda m, inp, y: DTensor.from_local(y, device_mesh, [Shard(1)], run_check=False))
+        return module
+
+
+SEQ_WRONG_REVIEW = {
+    "torch's SequenceParallel hooks handed to distribute_module": (TorchHooks, CALLS_TORCH),
+    "the sequence written as 4 slices": (
+        FourRanks, r"right on 4 processes .*, but on 2 processes the plan fails: .*shape"),
+    "the norm on local tensors, its weights never DTensors": (
+        LocalNorm, r"gradient of 0\.weight differs .*the parts are never added"),
+    "the features taken as split (Shard(2))": (
+        seq_style(inp=Shard(2)), r"plan fails: .*normalized_shape=\[8\]"),
+    "the tokens taken as the batch (Shard(0))": (
+        seq_style(inp=Shard(0)), r"has shape \(4, 2, 8\); one process's is \(1, 8, 8\)"),
+    "the output handed on split on the batch": (
+        seq_style(give=([Shard(0)],)), r'hands layer "1" a DTensor placed \(Shard\(dim=0\),\)'),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SEQ_WRONG_REVIEW))
+def test_sequence_style_review_wrong_program_fails(name):
+    cls, words = SEQ_WRONG_REVIEW[name]
+    fails(ex.check_sequence_style, cls, words=words)
+
+
+@pytest.mark.slow
+def test_sequence_style_global_shape_from_the_mesh_passes(capsys):
+    """The input's global shape written out, its length T/N * N with N the mesh's size, and the
+    output rebuilt from its local part with the same placement: right on every mesh."""
+    passes(ex.check_sequence_style, AnyRanks, capsys=capsys)
