@@ -34,7 +34,9 @@ SEQ = dict(SP, norm={"out": "(Shard(dim=1),)", "params": "(Replicate(),)",
 
 
 def _seq_bytes(h: int, t: int, n: int) -> dict:
-    """What each rank sends in 13.7, in float32 bytes: each step all-gathers its T/N tokens
+    """The bytes of each rank's input to each collective in 13.7 (float32; on the wire a ring
+    sends N - 1 times an all-gather's input and (N - 1)/N of a reduce-scatter's or, twice, an
+    all-reduce's): each step all-gathers its T/N tokens
     (forward: the norm's output; backward: the output's gradient) and reduce-scatters a whole
     [1, T, H] partial sum (forward: layer "3"'s output; backward: layer "1"'s input gradient);
     each of the norm's gradients is an all-reduce of its H values."""
@@ -146,8 +148,9 @@ def grade_plan(plan, exercise: dict, hint: str, barred: tuple = ()) -> str:
             if mistake is None and "norm" in exercise:
                 sent = {**got["sent"], "norm": got["norm"]["sent"]}
                 if sent != _seq_bytes(h, t, world):
-                    mistake = (f"the right collectives, but each rank sends {sent} (kind, "
-                               f"bytes); the block's tensors are float32, [1, {t}, {h}] in all")
+                    mistake = (f"the right collectives, but each rank hands them {sent} "
+                               f"(kind, bytes of its input); the block's tensors are float32, "
+                               f"[1, {t}, {h}] in all")
             if mistake:
                 said = (f"right on {done[0]}, but on {where}: " if done else f"on {where}: ")
                 raise Wrong(said + mistake.rstrip(".") + ".", hint)
@@ -235,7 +238,7 @@ def check_sequence_style(SequenceStyle) -> str:
     norm's gradients dL/dγ = Σ_t g_t·x̂_t and dL/dβ = Σ_t g_t sum over all T tokens and each
     rank saw T/N of them: the backward leaves each a ``Partial(sum)`` DTensor (torch defers
     the sum) and making it whole issues one all-reduce of H values, two in all (γ and β),
-    counted apart from the step. The bytes each rank sends into each of them, exactly
+    counted apart from the step. The bytes of each rank's input to each of them, exactly
     (:func:`_seq_bytes`). Also checked: the norm hands layer "1" a ``Shard(1)`` DTensor of
     this rank's tokens, and its weights are ``Replicate()`` DTensors."""
     _own_style(SequenceStyle, "SequenceParallel", "sequence-parallel")
@@ -250,6 +253,7 @@ def check_sequence_style(SequenceStyle) -> str:
     (h, _, t), n = SEQ["sizes"][0], WORLDS[0]
     sent = _seq_bytes(h, t, n)  # what every run sent, or the check would have failed
     return ("Your sequence-parallel norm, then torch's column- and row-wise layers; the norm's "
-            f"gradients summed by {SEQ['norm']['reduce']}; {words} Each rank sends, per step, "
-            f"{sent['forward']} (kind, bytes) at H = {h}, T = {t} on {n} processes, and "
+            f"gradients summed by {SEQ['norm']['reduce']}; {words} Each rank hands each step's "
+            f"collectives {sent['forward']} (kind, bytes of its input) at H = {h}, T = {t} on {n} "
+            "processes, and "
             f"{sent['norm'][0][1]} bytes per norm gradient.")
