@@ -15,7 +15,7 @@ on the batch all fail; the global shape taken from the mesh passes."""
 import copy
 
 import pytest
-from checking import fails, passes
+from checking import fails, passes, stub
 
 import tpviz
 
@@ -518,3 +518,16 @@ def test_sequence_style_global_shape_from_the_mesh_passes(capsys):
     """The input's global shape written out, its length T/N * N with N the mesh's size, and the
     output rebuilt from its local part with the same placement: right on every mesh."""
     passes(ex.check_sequence_style, AnyRanks, capsys=capsys)
+
+
+class StubSequence(ParallelStyle):  # the release's stub of 13.7 (grading.student)
+    def _apply(self, module, device_mesh):
+        # TODO: your code here
+        raise NotImplementedError("exercise not attempted yet")
+
+
+@pytest.mark.slow
+def test_sequence_style_release_stub_is_not_attempted(capsys):
+    """The learner's notebook as released: ``SequenceStyle`` with the stub's ``_apply`` is not
+    attempted, not wrong (its ``NotImplementedError`` is raised in the workers)."""
+    stub(ex.check_sequence_style, StubSequence, capsys=capsys)
