@@ -147,6 +147,7 @@ _HOMES = {
     ),
     "tpviz.pytorch.builds": (
         "check_colwise_style",
+        "check_sequence_style",
         "check_sp_plan",
         "check_tp_plan",
     ),

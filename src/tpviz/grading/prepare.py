@@ -24,7 +24,8 @@ CHECKER = re.compile(r"^check_\w+$")
 # Where the release's stub alone does not say how an answer is graded (see Exercise.takes_code).
 # make test checks both lists against every chapter's own answers (conftest.py, ChapterRun):
 # checkers whose answer is an object that plain data cannot carry, and whose stub defines no
-# function: 13.3 and 13.6 take torch's ParallelStyle objects (ColwiseParallel(), ...);
+# function: the dicts of torch's ParallelStyle objects (ColwiseParallel(), ...) that 13.4 and
+# 13.7 took before they asked for a style of the learner's own (a class: a code exercise);
 OBJECT_ANSWERS = frozenset({"check_tp_plan", "check_sp_plan"})
 # design exercises whose stub defines helper functions but whose answer is plain data.
 PLAIN_ANSWERS = frozenset({"check_bucket_size", "check_zero_design", "check_mesh_design",

@@ -14,10 +14,29 @@ import warnings
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from tpviz.pytorch.shard import KINDS as COLLECTIVES
 from tpviz.pytorch.shard import counts
 
 KINDS = ("mlp", "sp")
+
+
+class Sent(TorchDispatchMode):
+    """Beside ``CommDebugMode``: each collective this rank issues, as ``(kind, bytes of its
+    input)``: what this rank sends into it (an all-gather's own part, a reduce-scatter's whole
+    partial tensor, an all-reduce's tensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kind = COLLECTIVES.get(func.__name__.split(".")[0])
+        if kind is not None:
+            t = args[0][0] if isinstance(args[0], list | tuple) else args[0]
+            self.sent.append((kind, t.numel() * t.element_size()))
+        return func(*args, **(kwargs or {}))
 
 
 def model(kind: str, hidden: int, ffn: int, seed: int = 0) -> nn.Sequential:
@@ -56,8 +75,9 @@ def _whole(t):
 def run(rank: int, world: int, plan: dict, kind: str, sizes: tuple, seed: int = 0,
         barred: tuple = ()) -> list:
     """Per size ``(hidden, ffn, tokens)``: this rank's output and input gradient (its tokens
-    for ``"sp"``, all of them for ``"mlp"``), the weights' gradients whole, and the collectives
-    of the forward and of the backward. ``barred``: dotted names whose code may not run
+    for ``"sp"``, all of them for ``"mlp"``), the weights' gradients whole, the collectives
+    of the forward and of the backward, and for ``"sp"`` the LayerNorm's layouts
+    (:func:`_norm`). ``barred``: dotted names whose code may not run
     (:func:`tpviz.core.unavailable.unavailable`), e.g. torch's ``ColwiseParallel`` while a
     learner's own column-wise style splits, runs and differentiates its layer."""
     from tpviz.core.unavailable import Unavailable, unavailable
@@ -86,19 +106,50 @@ def _run(world: int, plan: dict, kind: str, sizes: tuple, seed: int, rank: int) 
             size = tokens // world
             x = x[:, rank * size:(rank + 1) * size]
         x = x.clone().requires_grad_(True)
+        seen = []  # layer "0"'s output as layer "1" receives it (after the style's own hooks)
+        if kind == "sp":
+            net.get_submodule("0").register_forward_hook(
+                lambda m, i, o, seen=seen: seen.append(_layout(o)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            with CommDebugMode() as fwd:
+            with CommDebugMode() as fwd, Sent() as fwd_sent:
                 y = net(x)
-            with CommDebugMode() as bwd:
+            with CommDebugMode() as bwd, Sent() as bwd_sent:
                 y.square().sum().div(2).backward()
         # a plan may hand back a DTensor (use_local_output=False): this rank's tokens, whole
         y = y.to_local() if kind == "sp" and hasattr(y, "to_local") else _whole(y)
+        norm = _norm(net, seen) if kind == "sp" else {}
         out.append({"out": y.detach().numpy(), "x_grad": x.grad.numpy(),
                     "grads": {n: _whole(p.grad).detach().numpy()
                               for n, p in net.named_parameters()},
-                    "forward": counts(fwd), "backward": counts(bwd)})
+                    "forward": counts(fwd), "backward": counts(bwd), "norm": norm,
+                    "sent": {"forward": sorted(fwd_sent.sent),
+                             "backward": sorted(bwd_sent.sent)}})
     return out
+
+
+def _layout(t) -> tuple:
+    """``("DTensor", its placements, its local shape)`` or ``("tensor", None, its shape)``."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        return ("DTensor", str(tuple(t.placements)), tuple(t.to_local().shape))
+    return ("tensor", None, tuple(getattr(t, "shape", ())))
+
+
+def _norm(net, seen: list) -> dict:
+    """The LayerNorm's (layer "0"'s): its output's layout, its parameters' and their gradients'
+    layouts after the backward, and the collectives that make those gradients whole."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    params = dict(net.get_submodule("0").named_parameters())
+    found = {"out": seen[0] if seen else None,
+             "params": {k: _layout(p)[1] for k, p in params.items()},
+             "grads": {k: _layout(p.grad)[1] for k, p in params.items()}}
+    with CommDebugMode() as whole, Sent() as sent:
+        for p in params.values():
+            _whole(p.grad)
+    return {**found, "reduce": counts(whole), "sent": sorted(sent.sent)}
 
 
 def join(kind: str, ranks: list, k: int) -> dict:

@@ -1,8 +1,10 @@
 """The PyTorch chapter's build checkers: a learner's DTensor plan (``parallelize_module``'s dict
 of ``ParallelStyle``s) run on gloo processes, 4 and then 2 of them, at two sizes each, against
 one process: outputs, the input's gradient, every weight's gradient, and the collectives
-``CommDebugMode`` counts in the forward and in the backward, exactly. The Megatron MLP (13.4);
-the same block with a LayerNorm and its tokens split outside it (13.7, sequence parallelism).
+``CommDebugMode`` counts in the forward and in the backward, exactly. The Megatron MLP (13.4:
+the learner's own column-wise style, :func:`check_colwise_style`); the same block with a
+LayerNorm and its tokens split outside it (13.7, sequence parallelism: the learner's own style
+for the norm, :func:`check_sequence_style`). The old dict checkers stay for the contract.
 
 A plan is a value made in the notebook, so the library's own plans cannot be put out of reach
 while it is made; instead :mod:`tpviz.pytorch.shard` marks the styles its plans are made of,
@@ -25,6 +27,21 @@ MLP = dict(kind="mlp", keys=("0", "2"), sizes=((8, 32, 8), (12, 16, 6)),
 SP = dict(kind="sp", keys=("0", "1", "3"), sizes=((8, 32, 8), (12, 16, 12)),
           forward={"all-gather": 1, "reduce-scatter": 1},
           backward={"all-gather": 1, "reduce-scatter": 1})
+
+# 13.7's own style for the LayerNorm: besides SP's values and counts, the norm's layouts (below)
+SEQ = dict(SP, norm={"out": "(Shard(dim=1),)", "params": "(Replicate(),)",
+                     "grads": "(Partial(sum),)", "reduce": {"all-reduce": 2}})
+
+
+def _seq_bytes(h: int, t: int, n: int) -> dict:
+    """The bytes of each rank's input to each collective in 13.7 (float32; on the wire a ring
+    sends N - 1 times an all-gather's input and (N - 1)/N of a reduce-scatter's or, twice, an
+    all-reduce's): each step all-gathers its T/N tokens
+    (forward: the norm's output; backward: the output's gradient) and reduce-scatters a whole
+    [1, T, H] partial sum (forward: layer "3"'s output; backward: layer "1"'s input gradient);
+    each of the norm's gradients is an all-reduce of its H values."""
+    step = sorted([("all-gather", t // n * h * 4), ("reduce-scatter", t * h * 4)])
+    return {"forward": step, "backward": step, "norm": [("all-reduce", h * 4)] * 2}
 
 
 def _shape_hint(kind: str) -> str:
@@ -49,6 +66,28 @@ def _compare(kind: str, got: dict, ref: dict) -> str | None:
                     "part of it, and the parts are never added)" if kind == "sp" and
                     name.startswith("0.") else f"the gradient of {name} differs from one "
                     "process's")
+    return None
+
+
+def _norm_mistake(found: dict, want: dict, tokens: tuple) -> str | None:
+    """What is wrong with the LayerNorm's layouts (:func:`blocks._norm`), in words, or None."""
+    kind, placed, shape = found["out"] or ("nothing", None, ())
+    if kind != "DTensor":
+        return (f'the LayerNorm hands layer "1" a {kind} of shape {shape}, not a DTensor: '
+                "hand on this rank's tokens as a DTensor sharded on the sequence (Shard(1))")
+    if (placed, shape) != (want["out"], tokens):
+        return (f'the LayerNorm hands layer "1" a DTensor placed {placed}, its local part '
+                f"{shape}; hand on this rank's tokens, {tokens}, sharded on the sequence "
+                "(Shard(1)): gathering them is ColwiseParallel's work")
+    for key, placements in found["params"].items():
+        if placements != want["params"]:
+            now = f"placed {placements}" if placements else "a plain tensor"
+            return (f"the LayerNorm's {key} is {now}; make it a DTensor replicated on every "
+                    "rank (Replicate())")
+    if set(found["grads"].values()) != {want["grads"]} or found["reduce"] != want["reduce"]:
+        return (f"after the backward the LayerNorm's gradients are placed {found['grads']}, "
+                f"and making them whole issues {found['reduce']}; each should be this rank's "
+                f"share, {want['grads']}, summed by one all-reduce ({want['reduce']} in all)")
     return None
 
 
@@ -99,11 +138,19 @@ def grade_plan(plan, exercise: dict, hint: str, barred: tuple = ()) -> str:
                             f"do not put back together along the sequence. {_shape_hint(kind)}",
                             hint) from None
             mistake = _compare(kind, got, blocks.reference(kind, h, f, t))
+            if mistake is None and "norm" in exercise:
+                mistake = _norm_mistake(got["norm"], exercise["norm"], (1, t // world, h))
             found = {"forward": got["forward"], "backward": got["backward"]}
             want = {"forward": exercise["forward"], "backward": exercise["backward"]}
             if mistake is None and found != want:
                 mistake = (f"right values, but the step issues {found}; the exercise needs "
                            f"{want} and no others")
+            if mistake is None and "norm" in exercise:
+                sent = {**got["sent"], "norm": got["norm"]["sent"]}
+                if sent != _seq_bytes(h, t, world):
+                    mistake = (f"the right collectives, but each rank hands them {sent} "
+                               f"(kind, bytes of its input); the block's tensors are float32, "
+                               f"[1, {t}, {h}] in all")
             if mistake:
                 said = (f"right on {done[0]}, but on {where}: " if done else f"on {where}: ")
                 raise Wrong(said + mistake.rstrip(".") + ".", hint)
@@ -138,16 +185,19 @@ def check_sp_plan(sp_plan) -> str:
 BARRED = ("torch.distributed.tensor.parallel.style.ColwiseParallel",)
 
 
-def _own_style(cls) -> None:
-    """Refuse what is not a column-wise style of the learner's own, before any process starts."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle
+def _own_style(cls, torch_style: str = "ColwiseParallel", what: str = "column-wise") -> None:
+    """Refuse what is not a ``what`` style of the learner's own (one that is or inherits torch's
+    ``torch_style``, or has no ``_apply``), before any process starts."""
+    from torch.distributed.tensor import parallel
+    from torch.distributed.tensor.parallel import ParallelStyle
 
+    theirs = getattr(parallel, torch_style)
     if not isinstance(cls, type) or not issubclass(cls, ParallelStyle):
         raise Wrong(f"give your class (a subclass of torch's `ParallelStyle`), not {cls!r}.")
-    if issubclass(cls, ColwiseParallel):
-        raise Wrong("this is torch's own `ColwiseParallel`"
-                    + ("" if cls is ColwiseParallel else f" (`{cls.__name__}` inherits it)")
-                    + ": the exercise asks you to write the column-wise style yourself, as a "
+    if issubclass(cls, theirs):
+        raise Wrong(f"this is torch's own `{torch_style}`"
+                    + ("" if cls is theirs else f" (`{cls.__name__}` inherits it)")
+                    + f": the exercise asks you to write the {what} style yourself, as a "
                     "subclass of `ParallelStyle` with its own `_apply`.")
     if cls._apply is ParallelStyle._apply or cls.__module__.startswith("torch."):
         raise Wrong(f"`{cls.__name__}` does not define its own `_apply(module, device_mesh)`.")
@@ -167,3 +217,43 @@ def check_colwise_style(ColumnParallel) -> str:
                        "every rank; the output stays split along its last dimension, as "
                        "RowwiseParallel expects its input.", barred=BARRED)
     return f"Your column-wise style, then torch's RowwiseParallel: f and g, nothing else; {words}"
+
+
+# torch's sequence-parallel style, barred in the workers while the learner's runs (13.7)
+BARRED_SP = ("torch.distributed.tensor.parallel.style.SequenceParallel",)
+
+
+@checker("A sequence-parallel ParallelStyle of your own")
+def check_sequence_style(SequenceStyle) -> str:
+    """``SequenceStyle``: the learner's ``ParallelStyle`` for the ``LayerNorm(H)`` of
+    ``LayerNorm, Linear(H, F), GELU, Linear(F, H)``, used as ``{"0": SequenceStyle(), "1":
+    ColwiseParallel(input_layouts=Shard(1)), "3": RowwiseParallel(output_layouts=Shard(1))}``
+    with each rank's tokens ``[1, T/N, H]`` in and out; on 4 and 2 processes at two sizes
+    against one process (output, input gradient, every weight gradient, the norm's included).
+
+    Collectives, exactly (``CommDebugMode``, torch 2.13): forward one all-gather (layer "1"
+    gathers the tokens, Shard(1) to Replicate) and one reduce-scatter (layer "3"'s partial sums
+    to this rank's tokens); backward their transposes, one all-gather (of the output's gradient)
+    and one reduce-scatter (of the partial input gradient of layer "1"), nothing else. The
+    norm's gradients dL/dγ = Σ_t g_t·x̂_t and dL/dβ = Σ_t g_t sum over all T tokens and each
+    rank saw T/N of them: the backward leaves each a ``Partial(sum)`` DTensor (torch defers
+    the sum) and making it whole issues one all-reduce of H values, two in all (γ and β),
+    counted apart from the step. The bytes of each rank's input to each of them, exactly
+    (:func:`_seq_bytes`). Also checked: the norm hands layer "1" a ``Shard(1)`` DTensor of
+    this rank's tokens, and its weights are ``Replicate()`` DTensors."""
+    _own_style(SequenceStyle, "SequenceParallel", "sequence-parallel")
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {"0": SequenceStyle(), "1": ColwiseParallel(input_layouts=Shard(1)),
+            "3": RowwiseParallel(output_layouts=Shard(1))}
+    words = grade_plan(plan, SEQ, "The norm's weights are whole on every rank; its input is "
+                       "this rank's tokens; its output stays split on the sequence.",
+                       barred=BARRED_SP)
+    (h, _, t), n = SEQ["sizes"][0], WORLDS[0]
+    sent = _seq_bytes(h, t, n)  # what every run sent, or the check would have failed
+    return ("Your sequence-parallel norm, then torch's column- and row-wise layers; the norm's "
+            f"gradients summed by {SEQ['norm']['reduce']}; {words} Each rank hands each step's "
+            f"collectives {sent['forward']} (kind, bytes of its input) at H = {h}, T = {t} on {n} "
+            "processes, and "
+            f"{sent['norm'][0][1]} bytes per norm gradient.")
