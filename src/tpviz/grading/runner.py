@@ -62,9 +62,8 @@ def poll_in_slices(seconds: float = 1.0) -> None:
     from queue import Empty
     from time import monotonic
 
-    from jupyter_client.channels import AsyncZMQSocketChannel
-
-    whole = AsyncZMQSocketChannel.get_msg
+    channel = async_channel()
+    whole = channel.get_msg
 
     async def get_msg(self, timeout: float | None = None):
         deadline = None if timeout is None else monotonic() + timeout
@@ -76,7 +75,15 @@ def poll_in_slices(seconds: float = 1.0) -> None:
                 if deadline is not None and monotonic() >= deadline:
                     raise
 
-    AsyncZMQSocketChannel.get_msg = get_msg
+    channel.get_msg = get_msg
+
+
+def async_channel() -> type:
+    """The kernel client's asynchronous channel class, which nbclient reads replies with:
+    ``AsyncZMQSocketChannel`` (jupyter_client 8), ``ZMQSocketChannel`` before (7, Colab's)."""
+    from jupyter_client import channels
+
+    return getattr(channels, "AsyncZMQSocketChannel", None) or channels.ZMQSocketChannel
 
 
 class Runner:
