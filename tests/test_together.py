@@ -118,27 +118,16 @@ def test_remat_keeps_only_layer_inputs():
     assert 0.5 * forward < full["flops"] - none["flops"] < 1.1 * forward
 
 
-@pytest.mark.slow
-def test_checkpoint_policies_keep_what_the_model_says():
+def test_checkpoint_policies_model_is_worked_by_hand():
     # per token: H (the input) + F for "big matmuls"; + 3H (Q, K, V) + H (W_O's output) for
     # the linear layers; + n_h·S scores + H (the attention output) for every dot: worked by
-    # hand for H = 32, F = 128, n_h = 4, S = 32: 160, 288, 448 values
-    from tpviz.together.memory import policy_recompute_flops, policy_values
+    # hand for H = 32, F = 128, n_h = 4, S = 32: 160, 288, 448 values. That the compiled
+    # programs keep exactly these bytes, and recompute the model's FLOPs within 15 %, chapter
+    # 11 asserts in every environment (the same model, measure_remat on each policy).
+    from tpviz.together.memory import policy_values
 
-    cfg = Config(layers=2, hidden=32, heads=4, seq=32, batch=2)
-    base = measure_remat(cfg, "everything")["flops"]  # jax.checkpoint saving all it can
     for policy, want in {"big matmuls": 160, "dots, no batch dims": 288, "dots": 448}.items():
         assert policy_values(policy, 32, 4, 32) == want
-        got = measure_remat(cfg, policy)
-        assert got["bytes"] == 4 * want * 32 * 2  # float32, S·b tokens: read from the program
-        # the recomputed FLOPs: the recomputed matmuls (8H² + 4SH per token for the
-        # attention, 4SH for its core, 0 for "dots"), give or take element-wise work
-        model = 32 * 2 * policy_recompute_flops(policy, 32, 4, 32)
-        extra = got["flops"] - base
-        if policy == "dots":
-            assert abs(extra) < 0.05 * 1835008  # a few % of the forward pass
-        else:
-            assert 0.85 * model < extra < 1.15 * model  # 0.90-1.11 in JAX 0.7-0.12
 
 
 def test_policy_model_is_the_scaling_books_for_a_gated_mlp():
