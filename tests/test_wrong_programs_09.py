@@ -201,7 +201,7 @@ def test_a_reloaded_module_declares_its_builds_anew():
         importlib.reload(builds)
         assert builds.RING is not before
         declared(builds.RING, "tpviz.context.builds")  # no exception: the new one is declared
-        declared(before, "tpviz.context.builds")  # nor for the old one, still held elsewhere
+        declared(before, "tpviz.context.builds")  # the old one, still held elsewhere, stays declared
         with pytest.raises(Wrong, match="replaced it"):
             declared(dataclasses.replace(builds.RING, memory=None), "tpviz.context.builds")
     finally:
